@@ -1,0 +1,157 @@
+"""A local container cluster for the demo and the tests: bare Debian 12 nodes with sshd.
+
+Each node is a container on a user-defined Docker network, reachable from the others by its
+container name (its fabric address) and from this machine over SSH on 127.0.0.1:<published port>
+(its management address), exactly as a real cluster has a management and a fabric network.
+
+    python3 tests/lab.py up   --name demo --nodes 3 --dir .demo   # writes .demo/hosts.yaml
+    python3 tests/lab.py down --name demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+IMAGE = os.environ.get("HVD_NODE_IMAGE", "hvdcluster/node:debian12")
+LABEL = "hvdcluster.lab"
+
+
+def docker(*args: str, check: bool = True) -> str:
+    proc = subprocess.run(["docker", *args], capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"docker {' '.join(args)}: {proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+def build_image() -> None:
+    subprocess.run([str(HERE / "images" / "build.sh")], check=True)
+
+
+def host_ca_bundle() -> str | None:
+    for candidate in (os.environ.get("PIP_CERT"), "/etc/ssl/certs/ca-certificates.crt"):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    return None
+
+
+@dataclass
+class Lab:
+    name: str
+    nodes: int
+    workdir: Path
+
+    @property
+    def network(self) -> str:
+        return f"hvdc-{self.name}"
+
+    def container(self, index: int) -> str:
+        return f"hvdc-{self.name}-node{index}"
+
+    @property
+    def node_names(self) -> list[str]:
+        return [f"node{i}" for i in range(1, self.nodes + 1)]
+
+    @property
+    def key(self) -> Path:
+        return self.workdir / "controller_key"
+
+    @property
+    def hosts_yaml(self) -> Path:
+        return self.workdir / "hosts.yaml"
+
+    def down(self) -> None:
+        """Remove this lab's containers and network, whatever state they are in."""
+        ids = docker("ps", "-aq", "--filter", f"label={LABEL}={self.name}").split()
+        if ids:
+            docker("rm", "-f", *ids)
+        docker("network", "rm", self.network, check=False)
+
+    def up(self) -> Path:
+        """Fresh nodes and a matching hosts.yaml; returns the hosts.yaml path."""
+        self.down()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if not self.key.exists():
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"hvdc-lab-{self.name}",
+                            "-f", str(self.key)], check=True)
+        pub = self.key.with_suffix(".pub").read_text().strip()
+        docker("network", "create", "--label", f"{LABEL}={self.name}", self.network)
+        for i, node in enumerate(self.node_names, 1):
+            docker("run", "-d", "--name", self.container(i), "--hostname", node,
+                   "--label", f"{LABEL}={self.name}", "--network", self.network,
+                   "-p", "127.0.0.1::22", "-e", f"SSH_AUTHORIZED_KEY={pub}", IMAGE)
+        self.write_hosts_yaml()
+        self.wait_for_ssh()
+        return self.hosts_yaml
+
+    def port(self, index: int) -> int:
+        return int(docker("port", self.container(index), "22/tcp").splitlines()[0].rsplit(":", 1)[1])
+
+    def write_hosts_yaml(self) -> None:
+        lines = [
+            f"# Local container cluster {self.name!r} (tests/lab.py): controller -> 127.0.0.1:<port>,",
+            "# node -> node by container name on a private Docker network.",
+            f"cluster: {self.name}",
+            f"ssh: {{user: root, identity: {self.key.name}}}",
+            "hosts:",
+        ]
+        for i, node in enumerate(self.node_names, 1):
+            lines.append(f"  - {{name: {node}, address: 127.0.0.1, port: {self.port(i)}, "
+                         f"fabric_address: {self.container(i)}, fabric_port: 22}}")
+        ca = host_ca_bundle()
+        if ca:
+            lines.append(f"network: {{ca_bundle: {ca}}}")
+        self.hosts_yaml.write_text("\n".join(lines) + "\n")
+
+    def wait_for_ssh(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        for i in range(1, self.nodes + 1):
+            while True:
+                probe = subprocess.run(["docker", "exec", self.container(i), "sh", "-c",
+                                        "test -s /etc/ssh/ssh_host_ed25519_key.pub && pgrep -x sshd"],
+                                       capture_output=True)
+                if probe.returncode == 0:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{self.container(i)}: sshd did not start")
+                time.sleep(0.3)
+
+    def stop(self, index: int) -> None:
+        docker("stop", "-t", "1", self.container(index))
+
+    def start(self, index: int) -> None:
+        """Start a stopped node again; its published port may change, so hosts.yaml is rewritten."""
+        docker("start", self.container(index))
+        self.write_hosts_yaml()
+        self.wait_for_ssh()
+
+    def exec(self, index: int, *command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["docker", "exec", self.container(index), *command], capture_output=True, text=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=["build", "up", "down"])
+    parser.add_argument("--name", default="demo")
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--dir", default=".demo", help="where hosts.yaml and the controller key go")
+    args = parser.parse_args(argv)
+    lab = Lab(args.name, args.nodes, Path(args.dir).resolve())
+    if args.action == "build":
+        build_image()
+    elif args.action == "up":
+        build_image()
+        print(lab.up())
+    else:
+        lab.down()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
