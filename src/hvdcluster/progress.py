@@ -1,0 +1,221 @@
+"""Per-host progress of a run, from ansible-runner events, and the summary at its end.
+
+A :class:`Tracker` turns events into plain state (testable without a terminal); a :class:`Console`
+draws it: one live line per node on a terminal, one line per change otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import IO, Any
+
+from .runner import Event
+
+WAITING = "waiting-for-ssh"
+
+
+@dataclass
+class Failure:
+    host: str
+    role: str
+    task: str
+    message: str
+    unreachable: bool = False
+
+    def line(self) -> str:
+        where = f"{self.role}: {self.task}" if self.role else self.task
+        kind = "unreachable" if self.unreachable else "failed"
+        return f"{self.host}: {kind}: {where}: {self.message}"
+
+
+@dataclass
+class HostState:
+    name: str
+    role: str = ""
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    started: bool = False
+    done: bool = False
+    failure: Failure | None = None
+
+    @property
+    def status(self) -> str:
+        if self.unreachable:
+            return "unreachable"
+        if self.failed:
+            return "failed"
+        if not self.done:
+            return f"converging {self.role}".strip() if self.started else WAITING
+        return "changed" if self.changed else "up-to-date"
+
+    def counts(self) -> str:
+        return f"ok {self.ok}  changed {self.changed}  failed {self.failed}"
+
+
+def _one_line(text: Any, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def failure_message(res: dict[str, Any]) -> str:
+    """The most telling message of a failed task result (loops report per item)."""
+    if not isinstance(res, dict):
+        return _one_line(res)
+    for item in res.get("results") or []:
+        if isinstance(item, dict) and item.get("failed"):
+            return failure_message(item)
+    for key in ("msg", "stderr", "reason", "module_stderr", "stdout"):
+        if res.get(key):
+            return _one_line(str(res[key]).removeprefix("Task failed: "))
+    return "task failed"
+
+
+@dataclass
+class Tracker:
+    hosts: dict[str, HostState] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)
+    finished: bool = False
+
+    @classmethod
+    def for_hosts(cls, names: list[str]) -> Tracker:
+        return cls(hosts={name: HostState(name) for name in names})
+
+    def _host(self, name: str) -> HostState:
+        if name not in self.hosts:
+            self.hosts[name] = HostState(name)
+        return self.hosts[name]
+
+    def handle(self, event: Event) -> set[str]:
+        """Apply one event; return the names of the hosts whose line changed."""
+        kind = event.get("event", "")
+        data = event.get("event_data") or {}
+        if kind == "playbook_on_stats":
+            return self._stats(data)
+        host_name = data.get("host")
+        if not host_name:
+            return set()
+        host = self._host(host_name)
+        role = data.get("role") or host.role
+        if kind == "runner_on_start":
+            if host.started and host.role == role:
+                return set()
+            host.started, host.role = True, role
+            return {host_name}
+        if kind == "runner_on_ok":
+            host.ok += 1
+            host.changed += bool((data.get("res") or {}).get("changed"))
+        elif kind == "runner_on_skipped":
+            host.skipped += 1
+        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+            host.failed += 1
+            self._fail(host, data, unreachable=False)
+        elif kind == "runner_on_unreachable":
+            host.unreachable += 1
+            self._fail(host, data, unreachable=True)
+        else:
+            return set()
+        return {host_name}
+
+    def _fail(self, host: HostState, data: dict[str, Any], *, unreachable: bool) -> None:
+        failure = Failure(
+            host=host.name,
+            role=data.get("role") or "",
+            task=data.get("task") or "",
+            message=failure_message(data.get("res") or {}),
+            unreachable=unreachable,
+        )
+        if host.failure is None:
+            host.failure = failure
+            self.failures.append(failure)
+
+    def _stats(self, data: dict[str, Any]) -> set[str]:
+        """Ansible's own recap is authoritative for the counts."""
+        names = set()
+        for key, attr in (("ok", "ok"), ("changed", "changed"), ("failures", "failed"),
+                          ("dark", "unreachable"), ("skipped", "skipped")):
+            for name, count in (data.get(key) or {}).items():
+                setattr(self._host(name), attr, count)
+                names.add(name)
+        for host in self.hosts.values():
+            host.done = True
+        self.finished = True
+        return set(self.hosts)
+
+    @property
+    def ok(self) -> bool:
+        return self.finished and not any(h.failed or h.unreachable for h in self.hosts.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "hosts": {
+                h.name: {"status": h.status, "ok": h.ok, "changed": h.changed, "failed": h.failed,
+                         "unreachable": h.unreachable, "skipped": h.skipped}
+                for h in self.hosts.values()
+            },
+            "failures": [asdict(f) for f in self.failures],
+        }
+
+
+class Console:
+    """Draws steps, live host lines and the summary to a stream."""
+
+    def __init__(self, stream: IO[str], *, live: bool | None = None) -> None:
+        self.stream = stream
+        self.live = stream.isatty() if live is None else live
+        self._drawn = 0
+        self._shown: dict[str, str] = {}
+
+    def write(self, text: str = "") -> None:
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def step(self, number: int, total: int, text: str) -> None:
+        self.write(f"[{number}/{total}] {text}")
+
+    def _line(self, host: HostState, width: int) -> str:
+        return f"  {host.name:<{width}}  {host.status:<28}  {host.counts()}"
+
+    def update(self, tracker: Tracker, changed: set[str]) -> None:
+        if not changed:
+            return
+        width = max(len(n) for n in tracker.hosts)
+        if not self.live:
+            for name in sorted(changed):
+                status = tracker.hosts[name].status
+                if not tracker.hosts[name].done and self._shown.get(name) != status:
+                    self._shown[name] = status
+                    self.write(f"  {name}: {status}")
+            return
+        if self._drawn:
+            self.stream.write(f"\x1b[{self._drawn}F")
+        for host in tracker.hosts.values():
+            self.stream.write("\x1b[2K" + self._line(host, width) + "\n")
+        self._drawn = len(tracker.hosts)
+        self.stream.flush()
+
+    def summary(self, tracker: Tracker, log: str) -> None:
+        self._drawn = 0
+        width = max([len("HOST")] + [len(n) for n in tracker.hosts])
+        self.write()
+        self.write(f"  {'HOST':<{width}}  {'STATUS':<12}  {'OK':>4}  {'CHANGED':>7}  {'FAILED':>6}  "
+                   f"{'UNREACHABLE':>11}  {'SKIPPED':>7}")
+        for h in tracker.hosts.values():
+            self.write(f"  {h.name:<{width}}  {h.status:<12}  {h.ok:>4}  {h.changed:>7}  {h.failed:>6}  "
+                       f"{h.unreachable:>11}  {h.skipped:>7}")
+        if tracker.failures:
+            self.write()
+            self.write("Failures:")
+            for failure in tracker.failures:
+                self.write(f"  {failure.line()}")
+        self.write()
+        self.write(f"Full log: {log}")
+
+
+def dump_json(stream: IO[str], document: dict[str, Any]) -> None:
+    json.dump(document, stream, indent=2, sort_keys=False)
+    stream.write("\n")
