@@ -7,6 +7,7 @@ draws it: one live line per node on a terminal, one line per change otherwise.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
@@ -61,6 +62,18 @@ def _one_line(text: Any, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+_REMOVE_KEY = re.compile(r"ssh-keygen -f \S+ -R \S+")
+
+
+def _explain(message: str) -> str:
+    """Turn OpenSSH's multi-line banners into one telling line."""
+    if "REMOTE HOST IDENTIFICATION HAS CHANGED" in message:
+        fix = _REMOVE_KEY.search(message)
+        how = f"; if the node was reinstalled, forget the old key: {fix.group(0)}" if fix else ""
+        return f"host key changed since it was pinned (refused: possible man-in-the-middle){how}"
+    return message
+
+
 def failure_message(res: dict[str, Any]) -> str:
     """The most telling message of a failed task result (loops report per item)."""
     if not isinstance(res, dict):
@@ -70,7 +83,7 @@ def failure_message(res: dict[str, Any]) -> str:
             return failure_message(item)
     for key in ("msg", "stderr", "reason", "module_stderr", "stdout"):
         if res.get(key):
-            return _one_line(str(res[key]).removeprefix("Task failed: "))
+            return _one_line(_explain(str(res[key]).removeprefix("Task failed: ")))
     return "task failed"
 
 
