@@ -1,0 +1,59 @@
+"""A real cluster: sshd containers driven by `hvdcluster` installed from the built wheel into a fresh venv,
+run from a folder outside the checkout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.lab import Lab
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`hvdcluster` from the wheel, in a venv of its own: returns the venv's bin folder."""
+    work = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(work / "dist"), str(ROOT)],
+                   check=True, capture_output=True)
+    [wheel] = (work / "dist").glob("hvdcluster-*.whl")
+    subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True)
+    subprocess.run([str(work / "venv" / "bin" / "pip"), "install", "-q", str(wheel)], check=True)
+    return work / "venv" / "bin"
+
+
+@dataclass
+class Cli:
+    bin: Path
+    cwd: Path
+
+    def __call__(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(self.bin / "hvdcluster"), *args], cwd=self.cwd, capture_output=True, text=True,
+                              env={**os.environ, **(env or {})})
+
+    def up_json(self, *args: str, env: dict[str, str] | None = None) -> tuple[int, dict, str]:
+        proc = self("up", "hosts.yaml", "--json", *args, env=env)
+        try:
+            doc = json.loads(proc.stdout)
+        except json.JSONDecodeError:
+            pytest.fail(f"no JSON from up (rc {proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-4000:]}")
+        return proc.returncode, doc, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def lab3(node_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
+    lab = Lab("ct3", 3, tmp_path_factory.mktemp("ct3"))
+    lab.up()
+    yield lab
+    lab.down()
+
+
+@pytest.fixture(scope="module")
+def hvd(installed: Path, lab3: Lab) -> Cli:
+    return Cli(installed, lab3.workdir)

@@ -1,0 +1,81 @@
+"""Fast tier: lint, syntax and the role conventions every role must keep."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import BIN, ROOT, tool
+
+ROLES = sorted(p for p in (ROOT / "roles").iterdir() if p.is_dir())
+PLAYBOOKS = sorted((ROOT / "playbooks").glob("*.yml"))
+
+
+def run(*cmd: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
+
+
+def test_yamllint_is_clean() -> None:
+    proc = run(tool("yamllint"), "-s", ".")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_ansible_lint_production_profile_is_clean() -> None:
+    proc = run(tool("ansible-lint"), "--offline", "-q")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("playbook", PLAYBOOKS, ids=lambda p: p.name)
+def test_playbook_passes_syntax_check(playbook: Path) -> None:
+    proc = run(tool("ansible-playbook"), "--syntax-check", "-i", "inventories/sample", str(playbook))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_role_documents_every_default_in_its_argument_specs(role: Path) -> None:
+    specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())
+    options = specs["argument_specs"]["main"].get("options", {})
+    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text()) or {}
+    assert set(defaults) == set(options)
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_role_variables_carry_the_role_prefix(role: Path) -> None:
+    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text()) or {}
+    private = yaml.safe_load((role / "vars" / "main.yml").read_text()) if (role / "vars" / "main.yml").exists() else {}
+    assert all(name.startswith(role.name + "_") for name in defaults)
+    assert all(name.startswith(f"__{role.name}_") for name in private or {})
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_role_has_its_own_playbook_tagged_with_its_name(role: Path) -> None:
+    playbook = ROOT / "playbooks" / (role.name.removeprefix("hvd_") + ".yml")
+    plays = yaml.safe_load(playbook.read_text())
+    assert {"role": role.name, "tags": [role.name]} in plays[0]["roles"]
+    site = (ROOT / "playbooks" / "site.yml").read_text()
+    assert f"import_playbook: {playbook.name}" in site
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_commands_declare_when_they_change_something(role: Path) -> None:
+    for path in (role / "tasks").glob("*.yml"):
+        for task in yaml.safe_load(path.read_text()) or []:
+            module = next((k for k in task if k.startswith("ansible.builtin.") and k.split(".")[-1] in
+                           ("command", "shell")), None)
+            if module is None:
+                continue
+            args = task[module] if isinstance(task[module], dict) else {}
+            assert "changed_when" in task or "creates" in args, f"{path.name}: {task.get('name')}"
+
+
+def test_host_key_checking_is_never_turned_off() -> None:
+    pattern = re.compile(r"StrictHostKeyChecking[= ]+no|host_key_checking *= *(false|no)", re.I)
+    for path in [*ROOT.glob("roles/**/*.yml"), *ROOT.glob("playbooks/*.yml"), ROOT / "ansible.cfg",
+                 *ROOT.glob("src/hvdcluster/**/*.py"), *ROOT.glob("molecule/**/*.yml")]:
+        assert not pattern.search(path.read_text()), path

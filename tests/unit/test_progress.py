@@ -1,0 +1,94 @@
+"""Progress and summary from a real event stream.
+
+The events in fixtures/events_node3_down.jsonl were recorded (trimmed to the fields we read) from a real
+`hvdcluster up` of the 3-node container lab with node3 stopped.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+from hvdcluster.progress import Console, Tracker, failure_message
+
+EVENTS = [json.loads(line) for line in (Path(__file__).parent / "fixtures" / "events_node3_down.jsonl").open()]
+
+
+def replay() -> tuple[Tracker, io.StringIO]:
+    tracker = Tracker.for_hosts(["node1", "node2", "node3"])
+    stream = io.StringIO()
+    console = Console(stream, live=False)
+    for event in EVENTS:
+        console.update(tracker, tracker.handle(event))
+    console.summary(tracker, "/logs/stdout")
+    return tracker, stream
+
+
+def test_stopped_node_is_reported_unreachable_and_the_others_converge() -> None:
+    tracker, _ = replay()
+    assert tracker.hosts["node3"].status == "unreachable"
+    assert [tracker.hosts[n].status for n in ("node1", "node2")] == ["up-to-date", "up-to-date"]
+    assert not tracker.ok
+
+
+def test_failure_names_host_role_task_and_message() -> None:
+    tracker, _ = replay()
+    [failure] = tracker.failures
+    assert (failure.host, failure.role, failure.unreachable) == ("node3", "hvd_preflight", True)
+    assert "Connection refused" in failure.message
+    assert not failure.message.startswith("Task failed")
+
+
+def test_counts_come_from_ansibles_recap() -> None:
+    tracker, _ = replay()
+    stats = next(e for e in EVENTS if e["event"] == "playbook_on_stats")["event_data"]
+    assert tracker.hosts["node1"].ok == stats["ok"]["node1"]
+    assert tracker.hosts["node3"].unreachable == stats["dark"]["node3"]
+
+
+def test_plain_output_shows_each_role_once_per_host_then_the_summary() -> None:
+    _, stream = replay()
+    text = stream.getvalue()
+    assert text.count("node1: converging hvd_base") == 1
+    assert "node3: unreachable" in text
+    assert "Failures:" in text and "node3: unreachable: hvd_preflight:" in text
+    assert text.rstrip().endswith("Full log: /logs/stdout")
+
+
+def test_live_output_redraws_one_line_per_host() -> None:
+    tracker = Tracker.for_hosts(["a", "b"])
+    stream = io.StringIO()
+    console = Console(stream, live=True)
+    console.update(tracker, {"a", "b"})
+    console.update(tracker, tracker.handle({"event": "runner_on_start",
+                                            "event_data": {"host": "a", "role": "hvd_base"}}))
+    assert "\x1b[2F" in stream.getvalue()
+    assert stream.getvalue().count("converging hvd_base") == 1
+
+
+def test_failure_message_prefers_the_failed_loop_item() -> None:
+    res = {"msg": "One or more items failed", "results": [{"failed": False, "msg": "ok"},
+                                                          {"failed": True, "msg": "cannot resolve x"}]}
+    assert failure_message(res) == "cannot resolve x"
+
+
+def test_json_document_lists_every_host() -> None:
+    tracker, _ = replay()
+    doc = tracker.as_dict()
+    assert doc["ok"] is False
+    assert doc["hosts"]["node3"]["status"] == "unreachable"
+    assert doc["failures"][0]["host"] == "node3"
+
+
+def test_changed_host_key_banner_becomes_one_line_with_the_fix() -> None:
+    banner = (
+        "Task failed: Failed to connect to the host via ssh: @@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@\n"
+        "@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\n"
+        "Add correct host key in /inv/ssh/known_hosts to get rid of this message.\n"
+        "  remove with:\\n  ssh-keygen -f '/inv/ssh/known_hosts' -R '[127.0.0.1]:32769'\n"
+        "Host key verification failed."
+    ).replace("\\\n", "\n")
+    message = failure_message({"msg": banner, "unreachable": True})
+    assert message.startswith("host key changed since it was pinned")
+    assert "ssh-keygen -f '/inv/ssh/known_hosts' -R '[127.0.0.1]:32769'" in message
