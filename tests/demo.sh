@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The demo: three bare Debian 12 nodes in local containers, then `hvdcluster up` against them.
+#   tests/demo.sh           bring the demo cluster up (again) and converge it
+#   tests/demo.sh down      remove its containers
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+tests/setup.sh
+if [ "${1:-}" = "down" ]; then
+    exec .venv/bin/python tests/lab.py down --name demo
+fi
+# Fresh nodes have fresh host keys: forget the ones pinned for the last demo.
+rm -rf .demo/inventories/demo/ssh/known_hosts
+.venv/bin/python tests/lab.py up --name demo --nodes "${HVD_DEMO_NODES:-3}" --dir .demo
+cd .demo
+exec ../.venv/bin/hvdcluster up hosts.yaml "$@"
