@@ -11,11 +11,12 @@ container name (its fabric address) and from this machine over SSH on 127.0.0.1:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -46,9 +47,12 @@ class Lab:
     name: str
     nodes: int
     workdir: Path
+    slots: int | None = None  # hvd_slots of every node
+    stack: dict = field(default_factory=dict)  # hosts.yaml `stack`
+    network: dict = field(default_factory=dict)  # hosts.yaml `network` (ca_bundle added when found)
 
     @property
-    def network(self) -> str:
+    def docker_network(self) -> str:
         return f"hvdc-{self.name}"
 
     def container(self, index: int) -> str:
@@ -71,7 +75,7 @@ class Lab:
         ids = docker("ps", "-aq", "--filter", f"label={LABEL}={self.name}").split()
         if ids:
             docker("rm", "-f", *ids)
-        docker("network", "rm", self.network, check=False)
+        docker("network", "rm", self.docker_network, check=False)
 
     def up(self) -> Path:
         """Fresh nodes and a matching hosts.yaml; returns the hosts.yaml path."""
@@ -81,10 +85,10 @@ class Lab:
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"hvdc-lab-{self.name}",
                             "-f", str(self.key)], check=True)
         pub = self.key.with_suffix(".pub").read_text().strip()
-        docker("network", "create", "--label", f"{LABEL}={self.name}", self.network)
+        docker("network", "create", "--label", f"{LABEL}={self.name}", self.docker_network)
         for i, node in enumerate(self.node_names, 1):
             docker("run", "-d", "--name", self.container(i), "--hostname", node,
-                   "--label", f"{LABEL}={self.name}", "--network", self.network,
+                   "--label", f"{LABEL}={self.name}", "--network", self.docker_network,
                    "-p", "127.0.0.1::22", "-e", f"SSH_AUTHORIZED_KEY={pub}", IMAGE)
         self.write_hosts_yaml()
         self.wait_for_ssh()
@@ -101,12 +105,18 @@ class Lab:
             f"ssh: {{user: root, identity: {self.key.name}}}",
             "hosts:",
         ]
+        slots = f", slots: {self.slots}" if self.slots else ""
         for i, node in enumerate(self.node_names, 1):
             lines.append(f"  - {{name: {node}, address: 127.0.0.1, port: {self.port(i)}, "
-                         f"fabric_address: {self.container(i)}, fabric_port: 22}}")
+                         f"fabric_address: {self.container(i)}, fabric_port: 22{slots}}}")
+        network = dict(self.network)
         ca = host_ca_bundle()
         if ca:
-            lines.append(f"network: {{ca_bundle: {ca}}}")
+            network.setdefault("ca_bundle", ca)
+        if self.stack:
+            lines.append(f"stack: {json.dumps(self.stack)}")
+        if network:
+            lines.append(f"network: {json.dumps(network)}")
         self.hosts_yaml.write_text("\n".join(lines) + "\n")
 
     def wait_for_ssh(self, timeout: float = 60) -> None:

@@ -103,6 +103,47 @@ def group_vars(spec: ClusterSpec) -> dict[str, dict[str, Any]]:
     }
 
 
+# Resolved stack field -> the role variable that consumes it.
+STACK_VARS: dict[tuple[str, ...], str] = {
+    ("driver",): "hvd_nvidia_driver_version",
+    ("cuda",): "hvd_cuda_version",
+    ("cudnn",): "hvd_cudnn_version",
+    ("nccl",): "hvd_nccl_version",
+    ("gpu_source",): "hvd_gpu_source",
+    ("mpi", "impl"): "hvd_openmpi_impl",
+    ("mpi", "version"): "hvd_openmpi_version",
+    ("mpi", "source"): "hvd_openmpi_source",
+    ("mpi", "url"): "hvd_openmpi_url",
+    ("mpi", "sha256"): "hvd_openmpi_sha256",
+    ("python", "manager"): "hvd_pyenv_manager",
+    ("python", "version"): "hvd_pyenv_python",
+    ("python", "prefix"): "hvd_pyenv_prefix",
+    ("python", "packages"): "hvd_pyenv_packages",
+    ("python", "environment_file"): "hvd_pyenv_environment_file",
+    ("python", "installer"): "hvd_pyenv_installer",
+    ("python", "installer_sha256"): "hvd_pyenv_installer_sha256",
+    ("horovod", "version"): "hvd_horovod_version",
+    ("horovod", "frameworks"): "hvd_horovod_frameworks",
+    ("horovod", "gpu_operations"): "hvd_horovod_gpu_operations",
+    ("horovod", "cpu_operations"): "hvd_horovod_cpu_operations",
+    ("horovod", "controllers"): "hvd_horovod_controllers",
+}
+
+
+def stack_vars(stack: dict[str, Any], patches: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Role variables for a (resolved) stack: only the fields it has."""
+    out: dict[str, Any] = {}
+    for path, var in STACK_VARS.items():
+        value: Any = stack
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is not None:
+            out[var] = value
+    if patches:
+        out["hvd_horovod_patches"] = list(patches)
+    return out
+
+
 def _dump(value: Any) -> str:
     return yaml.safe_dump(value, sort_keys=False, default_flow_style=False, width=100)
 
