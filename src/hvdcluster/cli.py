@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import shlex
+import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
@@ -65,6 +67,23 @@ def cmd_up(args: argparse.Namespace) -> int:
     return EXIT_FAILED
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from . import launch
+
+    cluster = spec.load(args.hosts)
+    root = Path(args.output) / cluster.cluster
+    if not (root / "hosts.yml").is_file():
+        raise HvdError(f"{root}: no inventory yet; run `hvdcluster up {args.hosts}` first")
+    inv = inventory.read(root)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    nic = args.network_interface or launch.fabric_interface(inv, next(iter(inv.hosts)))
+    plan = launch.build(inv, command, np=args.np, controller=args.controller, network_interface=nic)
+    if args.print:
+        print(shlex.join(plan.argv()))
+        return EXIT_OK
+    return subprocess.run(plan.argv()).returncode
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hvdcluster", description="Converge GPU machines into a Horovod cluster.")
     parser.add_argument("--version", action="version", version=f"hvdcluster {__version__}")
@@ -92,6 +111,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--diff", action="store_true", help="show file differences")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("run", help="launch a Horovod job with horovodrun on the first node",
+                       description="Builds the horovodrun command line from the inventory (hosts and slots, the "
+                       "env's interpreter, the fabric interface) and runs it on the first node over SSH.")
+    p.add_argument("--hosts", default="hosts.yaml", help="the cluster's hosts.yaml (default: ./hosts.yaml)")
+    p.add_argument("-o", "--output", default="inventories", help="folder that holds the inventory folder <cluster>/")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--gloo", dest="controller", action="store_const", const="gloo", help="use Gloo")
+    mode.add_argument("--mpi", dest="controller", action="store_const", const="mpi", help="use MPI (mpirun)")
+    p.add_argument("-np", "--np", type=int, help="number of processes (default: every slot)")
+    p.add_argument("--network-interface", help="fabric interface (default: the one hvd_base recorded)")
+    p.add_argument("--print", action="store_true", help="only print the command")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the program and its arguments")
+    p.set_defaults(func=cmd_run)
     return parser
 
 

@@ -1,0 +1,102 @@
+"""`horovodrun` command lines from the inventory, run on the first node over SSH.
+
+The launch runs *on a node*, not on the controller: horovodrun starts its helpers with its own interpreter
+path and reaches the other nodes through the cluster's SSH mesh, both of which exist only on the nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import HvdError
+from .inventory import Inventory
+
+DEFAULT_PREFIX = "/opt/hvd/env"
+BASE_FACT = "/etc/ansible/facts.d/hvd_base.fact"
+
+
+class LaunchError(HvdError):
+    """The launch cannot be built from this inventory (exit code 2)."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    horovodrun: list[str]  # argv run on the first node
+    ssh: list[str]  # ssh argv from the controller to the first node, without the remote command
+
+    @property
+    def remote_command(self) -> str:
+        return shlex.join(self.horovodrun)
+
+    def argv(self) -> list[str]:
+        return [*self.ssh, self.remote_command]
+
+
+def slots(inv: Inventory) -> dict[str, int]:
+    """Processes per node: hvd_slots, else 1."""
+    return {name: int(v.get("hvd_slots") or 1) for name, v in inv.hosts.items()}
+
+
+def ssh_argv(inv: Inventory, host: str) -> list[str]:
+    """OpenSSH argv from the controller to `host` with the inventory's user, key, port and pinned host keys."""
+    hv = {**inv.vars, **inv.hosts[host]}
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+            "-o", f"UserKnownHostsFile={inv.path / 'ssh' / 'known_hosts'}", "-p", str(hv.get("ansible_port", 22))]
+    if hv.get("ansible_ssh_private_key_file"):
+        argv += ["-i", str(hv["ansible_ssh_private_key_file"])]
+    user = hv.get("ansible_user")
+    return [*argv, f"{user}@{hv['ansible_host']}" if user else str(hv["ansible_host"])]
+
+
+def build(
+    inv: Inventory,
+    command: list[str],
+    *,
+    np: int | None = None,
+    controller: str | None = None,
+    network_interface: str | None = None,
+) -> Launch:
+    if not command:
+        raise LaunchError("run: give the command to launch after --, e.g. hvdcluster run -- python train.py")
+    if not inv.hosts:
+        raise LaunchError(f"{inv.path}: the inventory has no hosts")
+    per_host = slots(inv)
+    total = sum(per_host.values())
+    np = total if np is None else np
+    if not 1 <= np <= total:
+        raise LaunchError(f"run: -np {np} is more than the {total} slots of the cluster "
+                          f"({', '.join(f'{h}:{s}' for h, s in per_host.items())})")
+    prefix = str(inv.vars.get("hvd_pyenv_prefix") or DEFAULT_PREFIX)
+    argv = [f"{prefix}/bin/horovodrun", "-np", str(np), "-H", ",".join(f"{h}:{s}" for h, s in per_host.items())]
+    if controller:
+        argv.append(f"--{controller}")
+    if network_interface:
+        argv += ["--network-interfaces", network_interface]
+    program = list(command)
+    if program[0] in ("python", "python3"):
+        program[0] = f"{prefix}/bin/python"  # the env's interpreter, the same path on every node
+    first = next(iter(inv.hosts))
+    return Launch(horovodrun=[*argv, *program], ssh=ssh_argv(inv, first))
+
+
+def fabric_interface(inv: Inventory, host: str, timeout: float = 20) -> str | None:
+    """The fabric interface hvd_base recorded on `host`, or None when it cannot be read."""
+    try:
+        proc = subprocess.run([*ssh_argv(inv, host), f"cat {BASE_FACT}"], capture_output=True, text=True,
+                              timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0:
+        return None
+    try:
+        return json.loads(proc.stdout).get("fabric_interface") or None
+    except json.JSONDecodeError:
+        return None
+
+
+def inventory_dir(out_dir: str | Path, cluster: str) -> Path:
+    return Path(out_dir) / cluster

@@ -1,0 +1,54 @@
+"""horovodrun command lines built from an inventory (no nodes needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hvdcluster import inventory, launch, spec
+from hvdcluster.errors import HvdError
+
+HOSTS = """\
+cluster: c1
+ssh: {user: ubuntu, identity: id_test}
+hosts:
+  - {name: gpu01, address: 10.1.0.1, fabric_address: 10.0.0.1, slots: 2}
+  - {name: gpu02, address: 10.1.0.2, port: 2222, fabric_address: 10.0.0.2, slots: 2}
+stack: {python: {prefix: /opt/envs/hvd}}
+"""
+
+
+@pytest.fixture
+def inv(tmp_path: Path) -> inventory.Inventory:
+    (tmp_path / "id_test").write_text("key\n")
+    (tmp_path / "hosts.yaml").write_text(HOSTS)
+    cluster = spec.load(tmp_path / "hosts.yaml")
+    root = inventory.render(cluster, tmp_path / "inv")
+    (root / "group_vars" / "all" / "stack.yml").write_text("hvd_pyenv_prefix: /opt/envs/hvd\n")
+    return inventory.read(root)
+
+
+def test_every_slot_of_every_host_by_default_with_the_envs_interpreter(inv: inventory.Inventory) -> None:
+    plan = launch.build(inv, ["python", "train.py", "--epochs", "2"], controller="gloo", network_interface="ib0")
+    assert plan.horovodrun == ["/opt/envs/hvd/bin/horovodrun", "-np", "4", "-H", "gpu01:2,gpu02:2", "--gloo",
+                               "--network-interfaces", "ib0", "/opt/envs/hvd/bin/python", "train.py", "--epochs", "2"]
+
+
+def test_runs_on_the_first_node_with_pinned_host_keys(inv: inventory.Inventory) -> None:
+    plan = launch.build(inv, ["./job.sh"], np=3)
+    ssh = plan.ssh
+    assert ssh[0] == "ssh" and ssh[-1] == "ubuntu@10.1.0.1"
+    assert "StrictHostKeyChecking=yes" in ssh and f"UserKnownHostsFile={inv.path / 'ssh' / 'known_hosts'}" in ssh
+    assert ssh[ssh.index("-i") + 1].endswith("id_test")
+    assert plan.argv()[-1] == "/opt/envs/hvd/bin/horovodrun -np 3 -H gpu01:2,gpu02:2 ./job.sh"
+
+
+def test_more_processes_than_slots_is_refused_naming_the_slots(inv: inventory.Inventory) -> None:
+    with pytest.raises(HvdError, match=r"-np 5 is more than the 4 slots of the cluster \(gpu01:2, gpu02:2\)"):
+        launch.build(inv, ["python", "x.py"], np=5)
+
+
+def test_a_command_is_required(inv: inventory.Inventory) -> None:
+    with pytest.raises(HvdError, match="give the command"):
+        launch.build(inv, [])
