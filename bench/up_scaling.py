@@ -1,0 +1,65 @@
+"""Benchmark (prints figures, asserts nothing): what a cold and a no-op `hvdcluster up` cost.
+
+  cold up, 1 node   empty controller cache: builds the env and the Horovod wheel
+  cold up, 2 nodes  empty controller cache again; the build happens once, so the ratio should stay near 1
+                    (target <= 1.3)
+  no-op up, 2 nodes the converged cluster again (target <= 30 s, changed=0)
+
+Run from the checkout after tests/setup.sh:  .venv/bin/python bench/up_scaling.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.lab import Lab, build_image  # noqa: E402
+
+STACK = {"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]}}
+NETWORK = {"wheelhouse": os.environ["PIP_FIND_LINKS"]} if os.environ.get("PIP_FIND_LINKS") else {}
+HVDCLUSTER = str(Path(sys.executable).parent / "hvdcluster")
+
+
+def up(lab: Lab, cache: Path) -> tuple[float, dict]:
+    env = {**os.environ, "HVDCLUSTER_CACHE": str(cache)}
+    start = time.monotonic()
+    proc = subprocess.run([HVDCLUSTER, "up", "hosts.yaml", "--json"], cwd=lab.workdir, env=env,
+                          capture_output=True, text=True)
+    seconds = time.monotonic() - start
+    if proc.returncode != 0:
+        sys.exit(f"up failed on {lab.name} (rc {proc.returncode}):\n{proc.stderr[-4000:]}")
+    return seconds, json.loads(proc.stdout)
+
+
+def main() -> None:
+    build_image()
+    with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:
+        work = Path(tmp)
+        one = Lab("bench1", 1, work / "one", slots=2, stack=STACK, network=NETWORK)
+        one.up()
+        cold1, _ = up(one, work / "cache1")
+        one.down()
+
+        two = Lab("bench2", 2, work / "two", slots=2, stack=STACK, network=NETWORK)
+        two.up()
+        cold2, _ = up(two, work / "cache2")
+        noop, doc = up(two, work / "cache2")
+        two.down()
+
+    changed = sum(h["changed"] for h in doc["hosts"].values())
+    print(f"cold up, 1 node:   {cold1:7.1f} s")
+    print(f"cold up, 2 nodes:  {cold2:7.1f} s")
+    print(f"ratio 2/1:         {cold2 / cold1:7.2f}   (target <= 1.3)")
+    print(f"no-op up, 2 nodes: {noop:7.1f} s   changed={changed}   (target <= 30 s, changed=0)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Two nodes converged with Open MPI, one PyTorch env and Horovod, then a real training job across them.
+
+`hvdcluster up` builds the env and the Horovod wheel once (or takes them from the controller cache that
+the molecule `horovod` scenario filled with the same inputs), and `hvdcluster run -np 4` trains with
+hvd.DistributedOptimizer: 4 ranks, 2 per node, identical parameters at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.conftest import Cli
+from tests.lab import Lab
+
+pytestmark = pytest.mark.containers
+
+TRAIN = Path(__file__).with_name("train.py")
+LINE = re.compile(r"train rank=(\d+) size=(\d+) local_rank=(\d+) host=(\S+) start=(\w+) params=(\w+) loss=(\S+)")
+
+
+@pytest.fixture(scope="module")
+def lab2(node_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
+    stack = {"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]}}
+    network = {"wheelhouse": os.environ["PIP_FIND_LINKS"]} if os.environ.get("PIP_FIND_LINKS") else {}
+    lab = Lab("ct2", 2, tmp_path_factory.mktemp("ct2"), slots=2, stack=stack, network=network)
+    lab.up()
+    yield lab
+    lab.down()
+
+
+@pytest.fixture(scope="module")
+def converged(installed: Path, lab2: Lab) -> Cli:
+    cli = Cli(installed, lab2.workdir)
+    proc = cli("up", "hosts.yaml")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    for i in (1, 2):  # the job's script, at the same path on every node
+        assert lab2.exec(i, "mkdir", "-p", "/srv/job").returncode == 0
+        subprocess.run(["docker", "cp", str(TRAIN), f"{lab2.container(i)}:/srv/job/train.py"], check=True)
+    return cli
+
+
+def test_run_trains_on_four_ranks_two_per_node_and_ends_with_identical_parameters(converged, lab2: Lab) -> None:
+    proc = converged("run", "-np", "4", "--", "python", "/srv/job/train.py")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    ranks = [LINE.search(line).groups() for line in proc.stdout.splitlines() if LINE.search(line)]
+    assert sorted(int(r[0]) for r in ranks) == [0, 1, 2, 3]
+    assert {int(r[1]) for r in ranks} == {4}
+    assert Counter(r[3] for r in ranks) == {"node1": 2, "node2": 2}
+    assert len({r[5] for r in ranks}) == 1, "ranks ended with different parameters"
+    assert {r[5] for r in ranks} != {r[4] for r in ranks}, "training did not change the parameters"
+    assert len({r[6] for r in ranks}) > 1, "every rank should have seen its own data"
+
+
+def test_run_print_shows_the_horovodrun_command_without_running_it(converged) -> None:
+    proc = converged("run", "--print", "--gloo", "-np", "2", "--", "python", "/srv/job/train.py")
+    assert proc.returncode == 0, proc.stderr
+    assert "/opt/hvd/env/bin/horovodrun -np 2 -H node1:2,node2:2 --gloo" in proc.stdout
+    assert "/opt/hvd/env/bin/python /srv/job/train.py" in proc.stdout
+    assert "train rank=" not in proc.stdout
+
+
+def test_second_up_builds_nothing_and_changes_nothing(converged) -> None:
+    rc, doc, err = converged.up_json()
+    assert rc == 0, err[-4000:]
+    assert all(h["changed"] == 0 for h in doc["hosts"].values())
