@@ -18,7 +18,15 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size())
 optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
 hvd.broadcast_parameters(model.state_dict(), root_rank=0)
 hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-start = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
+
+
+def fingerprint() -> str:
+    """Exact parameter values (repr keeps every bit of a float), hashed."""
+    values = ",".join(repr(v) for p in model.parameters() for v in p.detach().flatten().tolist())
+    return hashlib.sha256(values.encode()).hexdigest()
+
+
+start = fingerprint()
 
 for _ in range(5):
     x = torch.randn(32, 16)
@@ -28,6 +36,6 @@ for _ in range(5):
     loss.backward()
     optimizer.step()
 
-digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
+digest = fingerprint()
 print(f"train rank={hvd.rank()} size={hvd.size()} local_rank={hvd.local_rank()} host={socket.gethostname()} "
       f"start={start[:16]} params={digest[:16]} loss={loss.item():.6f}", flush=True)
