@@ -24,7 +24,6 @@ sys.path.insert(0, str(ROOT))
 from tests.lab import Lab, build_image  # noqa: E402
 
 STACK = {"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]}}
-NETWORK = {"wheelhouse": os.environ["PIP_FIND_LINKS"]} if os.environ.get("PIP_FIND_LINKS") else {}
 HVDCLUSTER = str(Path(sys.executable).parent / "hvdcluster")
 
 
@@ -43,12 +42,12 @@ def main() -> None:
     build_image()
     with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:
         work = Path(tmp)
-        one = Lab("bench1", 1, work / "one", slots=2, stack=STACK, network=NETWORK)
+        one = Lab("bench1", 1, work / "one", slots=2, stack=STACK)
         one.up()
         cold1, _ = up(one, work / "cache1")
         one.down()
 
-        two = Lab("bench2", 2, work / "two", slots=2, stack=STACK, network=NETWORK)
+        two = Lab("bench2", 2, work / "two", slots=2, stack=STACK)
         two.up()
         cold2, _ = up(two, work / "cache2")
         noop, doc = up(two, work / "cache2")

@@ -49,7 +49,7 @@ class Lab:
     workdir: Path
     slots: int | None = None  # hvd_slots of every node
     stack: dict = field(default_factory=dict)  # hosts.yaml `stack`
-    network: dict = field(default_factory=dict)  # hosts.yaml `network` (ca_bundle added when found)
+    network: dict = field(default_factory=dict)  # hosts.yaml `network` (ca_bundle, wheelhouse added when found)
 
     @property
     def docker_network(self) -> str:
@@ -113,6 +113,9 @@ class Lab:
         ca = host_ca_bundle()
         if ca:
             network.setdefault("ca_bundle", ca)
+        wheels = os.environ.get("PIP_FIND_LINKS", "")
+        if wheels and Path(wheels).is_dir():  # a local wheelhouse (here: the CPU build of PyTorch)
+            network.setdefault("wheelhouse", wheels)
         if self.stack:
             lines.append(f"stack: {json.dumps(self.stack)}")
         if network:

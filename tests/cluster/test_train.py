@@ -7,7 +7,6 @@ hvd.DistributedOptimizer: 4 ranks, 2 per node, identical parameters at the end.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from collections import Counter
@@ -27,8 +26,7 @@ LINE = re.compile(r"train rank=(\d+) size=(\d+) local_rank=(\d+) host=(\S+) star
 @pytest.fixture(scope="module")
 def lab2(node_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
     stack = {"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]}}
-    network = {"wheelhouse": os.environ["PIP_FIND_LINKS"]} if os.environ.get("PIP_FIND_LINKS") else {}
-    lab = Lab("ct2", 2, tmp_path_factory.mktemp("ct2"), slots=2, stack=stack, network=network)
+    lab = Lab("ct2", 2, tmp_path_factory.mktemp("ct2"), slots=2, stack=stack)
     lab.up()
     yield lab
     lab.down()
