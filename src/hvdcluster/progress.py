@@ -91,6 +91,8 @@ def failure_message(res: dict[str, Any]) -> str:
 class Tracker:
     hosts: dict[str, HostState] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
+    # What roles asked the operator to know (set_stats `hvd_notices: {host: [text, ...]}`), e.g. a reboot.
+    notices: dict[str, list[str]] = field(default_factory=dict)
     finished: bool = False
 
     @classmethod
@@ -153,6 +155,8 @@ class Tracker:
             for name, count in (data.get(key) or {}).items():
                 setattr(self._host(name), attr, count)
                 names.add(name)
+        for name, texts in ((data.get("artifact_data") or {}).get("hvd_notices") or {}).items():
+            self.notices[name] = sorted(set(texts if isinstance(texts, list) else [texts]))
         for host in self.hosts.values():
             host.done = True
         self.finished = True
@@ -171,6 +175,7 @@ class Tracker:
                 for h in self.hosts.values()
             },
             "failures": [asdict(f) for f in self.failures],
+            "notices": self.notices,
         }
 
 
@@ -225,6 +230,12 @@ class Console:
             self.write("Failures:")
             for failure in tracker.failures:
                 self.write(f"  {failure.line()}")
+        if tracker.notices:
+            self.write()
+            self.write("Notices:")
+            for name, texts in sorted(tracker.notices.items()):
+                for text in texts:
+                    self.write(f"  {name}: {text}")
         self.write()
         self.write(f"Full log: {log}")
 

@@ -92,3 +92,16 @@ def test_changed_host_key_banner_becomes_one_line_with_the_fix() -> None:
     message = failure_message({"msg": banner, "unreachable": True})
     assert message.startswith("host key changed since it was pinned")
     assert "ssh-keygen -f '/inv/ssh/known_hosts' -R '[127.0.0.1]:32769'" in message
+
+
+def test_notices_set_by_roles_are_listed_per_host_in_the_summary_and_json() -> None:
+    tracker = Tracker.for_hosts(["gpu01", "gpu02"])
+    stats = {"event": "playbook_on_stats", "event_data": {
+        "ok": {"gpu01": 3, "gpu02": 3}, "changed": {}, "failures": {}, "dark": {}, "skipped": {},
+        "artifact_data": {"hvd_notices": {"gpu02": ["reboot required: driver 550.54.15 installed, 535.104 loaded"]}}}}
+    tracker.handle(stats)
+    stream = io.StringIO()
+    Console(stream, live=False).summary(tracker, "/log")
+    assert "Notices:\n  gpu02: reboot required: driver 550.54.15 installed, 535.104 loaded" in stream.getvalue()
+    assert tracker.as_dict()["notices"] == {"gpu02": ["reboot required: driver 550.54.15 installed, 535.104 loaded"]}
+    assert tracker.ok
