@@ -81,6 +81,10 @@ def failure_message(res: dict[str, Any]) -> str:
     for item in res.get("results") or []:
         if isinstance(item, dict) and item.get("failed"):
             return failure_message(item)
+    if res.get("msg") == "non-zero return code" and (res.get("stderr") or res.get("stdout")):
+        # A command failed: its own last words say more than Ansible's summary.
+        tail = [line for line in str(res.get("stderr") or res.get("stdout")).splitlines() if line.strip()][-3:]
+        return _one_line(f"rc {res.get('rc')}: " + " | ".join(tail))
     for key in ("msg", "stderr", "reason", "module_stderr", "stdout"):
         if res.get(key):
             return _one_line(_explain(str(res[key]).removeprefix("Task failed: ")))

@@ -105,3 +105,8 @@ def test_notices_set_by_roles_are_listed_per_host_in_the_summary_and_json() -> N
     assert "Notices:\n  gpu02: reboot required: driver 550.54.15 installed, 535.104 loaded" in stream.getvalue()
     assert tracker.as_dict()["notices"] == {"gpu02": ["reboot required: driver 550.54.15 installed, 535.104 loaded"]}
     assert tracker.ok
+
+
+def test_a_failed_command_is_summarized_by_its_last_stderr_lines() -> None:
+    res = {"msg": "non-zero return code", "rc": 1, "stderr": "building...\n\nerror: torch not found\nBuild failed\n"}
+    assert failure_message(res) == "rc 1: building... | error: torch not found | Build failed"
