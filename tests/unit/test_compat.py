@@ -1,0 +1,429 @@
+"""The version matrix and the resolver: consistent stacks resolve to the newest consistent choices; every
+rule refuses its inconsistent pair with both choices, its rule id and a source; all conflicts come together."""
+
+from __future__ import annotations
+
+import dataclasses
+from urllib.parse import urlsplit
+
+import pytest
+
+from hvdcluster.compat import RULES, Conflict, NodeInfo, Plan, ResolveError, gpu_row, load_matrix, resolve
+from hvdcluster.errors import HvdError
+
+DEBIAN12 = NodeInfo(os_id="debian", os_version="12", gcc="12.2.0", python="3.11.2")
+A100 = "NVIDIA A100-SXM4-80GB"
+
+
+def _gpu_node(*gpus: str, **changes: str) -> NodeInfo:
+    return dataclasses.replace(DEBIAN12, gpus=gpus, **changes)
+
+
+def _refusal(stack: dict, node: NodeInfo | None = DEBIAN12, **kwargs: bool) -> list[Conflict]:
+    with pytest.raises(ResolveError) as caught:
+        resolve(stack, node, **kwargs)
+    return caught.value.conflicts
+
+
+def _only(conflicts: list[Conflict], rule: str) -> Conflict:
+    hits = [c for c in conflicts if c.rule == rule]
+    assert len(hits) == 1, f"expected one {rule!r} conflict in {[c.rule for c in conflicts]}"
+    return hits[0]
+
+
+def _assert_names_both(conflict: Conflict, first: str, second: str) -> None:
+    assert conflict.choices == (first, second)
+    assert conflict.source.startswith(("https://", "http://"))
+    assert "\n" not in conflict.message
+
+
+# --------------------------------------------------------------------------------------------- matrix
+
+
+def _rows(node, path=""):
+    """Every mapping that holds a scalar (a row of facts), with its path in the document."""
+    if isinstance(node, dict):
+        if any(not isinstance(v, (dict, list)) for v in node.values()):
+            yield path, node
+        for key, value in node.items():
+            yield from _rows(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _rows(value, f"{path}[{index}]")
+
+
+def test_every_matrix_row_carries_an_http_source():
+    matrix = load_matrix()
+    sources = matrix.pop("sources")
+    assert all(url.startswith("https://") for url in sources.values())
+    rows = list(_rows(matrix))
+    assert len(rows) > 150
+    for path, row in rows:
+        assert str(row.get("source", "")).startswith(("https://", "http://")), f"{path} has no http(s) source"
+
+
+SOURCE_HOSTS = {
+    "docs.nvidia.com",
+    "developer.download.nvidia.com",
+    "gitlab.com",
+    "github.com",
+    "reviews.llvm.org",
+    "www.tensorflow.org",
+    "open-mpi.org",
+    "tracker.debian.org",
+    "docs.python.org",
+}
+
+
+def test_matrix_sources_come_from_the_reviewed_hosts():
+    matrix = load_matrix()
+    hosts = {urlsplit(url).hostname for url in matrix.pop("sources").values()}
+    hosts |= {urlsplit(row["source"]).hostname for _, row in _rows(matrix)}
+    assert hosts - {None} <= SOURCE_HOSTS
+
+
+def test_load_matrix_returns_a_private_copy():
+    load_matrix()["cuda_driver"]["toolkits"].clear()
+    assert load_matrix()["cuda_driver"]["toolkits"]
+
+
+def test_every_rule_id_is_unique_per_field_pair():
+    pairs = [(rule.id, rule.fields) for rule in RULES]
+    assert len(pairs) == len(set(pairs))
+
+
+@pytest.mark.parametrize(
+    ("name", "arch"),
+    [
+        ("Tesla K80", "kepler"),
+        ("Tesla P100-PCIE-16GB", "pascal"),
+        ("Tesla V100-SXM2-32GB", "volta"),
+        ("Tesla T4", "turing"),
+        ("NVIDIA A100-SXM4-80GB", "ampere"),
+        ("NVIDIA A10", "ampere"),
+        ("NVIDIA L40S", "ada"),
+        ("NVIDIA GeForce RTX 4090", "ada"),
+        ("NVIDIA H100 80GB HBM3", "hopper"),
+        ("NVIDIA GH200 480GB", "hopper"),
+        ("NVIDIA B200", "blackwell"),
+    ],
+)
+def test_gpu_names_as_nvidia_smi_prints_them_find_their_architecture(name, arch):
+    assert gpu_row(name)["arch"] == arch
+
+
+def test_a_gpu_model_the_matrix_does_not_list_is_not_checked():
+    assert gpu_row("NVIDIA A10G") is None and gpu_row("Quadro K4000") is None
+    assert resolve({"cuda": "12.4"}, _gpu_node("NVIDIA A10G")).stack["cuda"] == "12.4"
+
+
+# --------------------------------------------------------------------------------------------- consistent stacks
+
+
+def test_cpu_stack_on_debian12_takes_distro_openmpi_gloo_and_the_node_python():
+    plan = resolve({}, DEBIAN12)
+    stack = plan.stack
+    assert isinstance(plan, Plan)
+    assert stack["gpu"] is False
+    assert [stack[k] for k in ("driver", "cuda", "cudnn", "nccl")] == [None] * 4
+    assert stack["mpi"] == {"impl": "openmpi", "version": "4.1.4", "source": "package"}
+    assert stack["horovod"] == {
+        "version": "0.28.1",
+        "frameworks": ["pytorch"],
+        "gpu_operations": "none",
+        "cpu_operations": "gloo",
+        "controllers": ["mpi", "gloo"],
+    }
+    assert stack["python"]["manager"] == "venv"
+    assert stack["python"]["prefix"] == "/opt/hvd/env"
+    assert stack["python"]["version"] == "3.11"
+    assert stack["gcc"] == "12"
+    assert any(note.startswith("mpi: openmpi 4.1.4") for note in plan.notes)
+
+
+def test_cpu_stack_pins_the_newest_torch_that_horovod_builds_with_the_cxx17_patch():
+    plan = resolve({}, DEBIAN12)
+    assert plan.stack["python"]["packages"] == ["torch==2.13.*"]
+    assert plan.patches == ("cxx17",)
+    assert any(note.startswith("pytorch: 2.13") for note in plan.notes)
+
+
+def test_torch_from_2_1_on_gets_the_cxx17_patch():
+    plan = resolve({"python": {"packages": ["numpy", "torch==2.3.1"]}}, DEBIAN12)
+    assert plan.patches == ("cxx17",)
+    assert plan.stack["python"]["packages"] == ["numpy", "torch==2.3.1"]
+
+
+def test_torch_2_0_needs_no_patch():
+    assert resolve({"python": {"packages": ["torch==2.0.1"]}}, DEBIAN12).patches == ()
+
+
+def test_a_torch_range_is_pinned_to_its_newest_consistent_release():
+    plan = resolve({"python": {"packages": ["torch<2.6"]}}, DEBIAN12)
+    assert plan.stack["python"]["packages"] == ["torch==2.5.*"]
+
+
+def test_gpu_operations_none_means_a_cpu_stack():
+    plan = resolve({"horovod": {"gpu_operations": "none"}}, _gpu_node(A100))
+    assert plan.stack["gpu"] is False and plan.stack["cuda"] is None
+
+
+def test_gpu_stack_with_only_the_driver_gets_the_newest_cuda_it_supports():
+    plan = resolve({"driver": "550"}, DEBIAN12)
+    assert plan.stack["gpu"] is True
+    assert plan.stack["cuda"] == "12.4"
+    assert "cuda: 12.4 (newest consistent with driver 550)" in plan.notes
+
+
+def test_gpu_stack_defaults_pick_cudnn_and_nccl_builds_for_the_chosen_cuda():
+    stack = resolve({"driver": "550"}, DEBIAN12).stack
+    assert stack["cudnn"] == "9.17.0"
+    assert stack["nccl"] == "2.21.5"  # has a +cuda12.4 build
+    assert stack["gpu_source"] == "system"
+    assert stack["horovod"]["gpu_operations"] == "nccl"
+    assert stack["python"]["packages"] == ["torch==2.6.*"]  # newest torch with a cu124 build
+
+
+def test_gpu_stack_on_an_a100_with_nothing_asked_gets_newest_cuda_a_torch_build_exists_for():
+    stack = resolve({}, _gpu_node(A100)).stack
+    assert (stack["driver"], stack["cuda"], stack["python"]["packages"]) == ("615", "13.2", ["torch==2.13.*"])
+
+
+def test_the_driver_loaded_on_the_nodes_is_kept_when_consistent():
+    plan = resolve({}, _gpu_node(A100, driver_loaded="550.54.15"))
+    assert plan.stack["driver"] == "550.54.15"
+    assert plan.stack["cuda"] == "12.4"
+    assert "driver: 550.54.15 (loaded on the nodes)" in plan.notes
+
+
+def test_volta_stays_on_the_last_driver_and_cuda_that_support_it():
+    stack = resolve({}, _gpu_node("Tesla V100-SXM2-16GB")).stack
+    assert (stack["driver"], stack["cuda"]) == ("580", "12.9")
+    assert stack["cudnn"] == "9.10.2"  # 9.17 needs compute capability 7.5
+
+
+def test_cuda_11_8_on_debian12_picks_the_distro_gcc_11():
+    plan = resolve({"cuda": "11.8"}, DEBIAN12)
+    assert plan.stack["gcc"] == "11"
+    assert any(note.startswith("gcc: 11 (newest consistent with cuda 11.8") for note in plan.notes)
+
+
+def test_a_pinned_torch_gets_the_newest_cuda_it_has_a_build_for():
+    stack = resolve({"python": {"packages": ["torch==2.3.1"]}}, _gpu_node(A100)).stack
+    assert stack["cuda"] == "12.1"
+
+
+def test_tensorflow_defaults_to_the_newest_release_horovod_runs_with():
+    plan = resolve({"horovod": {"frameworks": ["tensorflow"]}}, DEBIAN12)
+    assert plan.stack["python"]["packages"] == ["tensorflow==2.15.*"]
+    assert plan.patches == ()
+
+
+def test_env_gpu_source_leaves_cudnn_and_nccl_to_the_framework_wheels():
+    stack = resolve({"gpu_source": "env", "driver": "580"}, DEBIAN12).stack
+    assert stack["gpu_source"] == "env"
+    assert stack["cuda"] == "13.0" and stack["cudnn"] is None and stack["nccl"] is None
+
+
+def test_rhel_rebuilds_share_the_rhel_row():
+    stack = resolve({}, NodeInfo(os_id="rocky", os_version="9.4")).stack
+    assert stack["gcc"] == "11"
+
+
+# --------------------------------------------------------------------------------------------- one rule each
+
+
+def test_cuda_newer_than_driver_branch_is_refused_with_source():
+    conflict = _only(_refusal({"cuda": "12.4", "driver": "535"}), "cuda-needs-driver")
+    _assert_names_both(conflict, "stack.cuda=12.4", "stack.driver=535")
+    assert conflict.message.startswith("cuda 12.4 needs driver >= 550.54.14, but driver 535 is older")
+    assert "cuda-toolkit-release-notes" in conflict.source
+
+
+def test_cuda_driver_refusal_mentions_minor_version_compatibility_when_it_applies():
+    conflict = _only(_refusal({"cuda": "12.4", "driver": "535"}), "cuda-needs-driver")
+    assert "minor-version compatibility" in conflict.message
+    other_major = _only(_refusal({"cuda": "13.0", "driver": "575"}), "cuda-needs-driver")
+    assert "minor-version compatibility" not in other_major.message
+
+
+def test_exact_driver_older_than_the_toolkit_minimum_is_refused():
+    conflict = _only(_refusal({"cuda": "12.4", "driver": "550.40.07"}), "cuda-needs-driver")
+    _assert_names_both(conflict, "stack.cuda=12.4", "stack.driver=550.40.07")
+
+
+def test_driver_branch_newer_than_the_gpu_supports_is_refused():
+    conflict = _only(_refusal({"driver": "535", "cuda": "11.4"}, _gpu_node("Tesla K80")), "driver-vs-gpu")
+    _assert_names_both(conflict, "stack.driver=535", "node.gpus=Tesla K80")
+    assert "up to driver branch 470" in conflict.message
+
+
+def test_driver_too_old_for_a_new_gpu_is_refused():
+    conflict = _only(_refusal({"driver": "535", "cuda": "12.2"}, _gpu_node("NVIDIA B200")), "driver-vs-gpu")
+    assert "needs cuda >= 12.8" in conflict.message and "driver 535" in conflict.message
+
+
+def test_cuda_older_than_the_gpu_needs_is_refused():
+    conflict = _only(_refusal({"cuda": "11.7"}, _gpu_node("NVIDIA H100 80GB HBM3")), "cuda-vs-gpu")
+    _assert_names_both(conflict, "stack.cuda=11.7", "node.gpus=NVIDIA H100 80GB HBM3")
+    assert "needs cuda >= 11.8" in conflict.message and "sm_90" in conflict.message
+
+
+def test_cuda_13_for_a_volta_gpu_is_refused():
+    conflict = _only(_refusal({"cuda": "13.0"}, _gpu_node("Tesla V100-SXM2-16GB")), "cuda-vs-gpu")
+    assert "needs cuda <= 12.9, not cuda 13.0" in conflict.message
+
+
+def test_gcc_newer_than_the_cuda_accepts_is_refused():
+    conflict = _only(_refusal({"cuda": "12.2", "gcc": "13"}), "cuda-vs-gcc")
+    _assert_names_both(conflict, "stack.cuda=12.2", "stack.gcc=13")
+    assert "accepts gcc <= 12" in conflict.message
+
+
+def test_nccl_built_for_another_cuda_major_is_refused():
+    conflict = _only(_refusal({"cuda": "13.0", "nccl": "2.21.5"}), "nccl-vs-cuda")
+    _assert_names_both(conflict, "stack.nccl=2.21.5", "stack.cuda=13.0")
+
+
+def test_cudnn_built_for_another_cuda_major_is_refused():
+    conflict = _only(_refusal({"cuda": "13.0", "cudnn": "8.9.6"}), "cudnn-vs-cuda")
+    _assert_names_both(conflict, "stack.cudnn=8.9.6", "stack.cuda=13.0")
+
+
+def test_cudnn_9_17_on_a_pascal_gpu_is_refused():
+    conflict = _only(_refusal({"cudnn": "9.17", "cuda": "12.8"}, _gpu_node("Tesla P100-PCIE-16GB")), "cudnn-vs-gpu")
+    _assert_names_both(conflict, "stack.cudnn=9.17", "node.gpus=Tesla P100-PCIE-16GB")
+
+
+def test_torch_without_a_build_for_the_cuda_is_refused():
+    conflict = _only(_refusal({"cuda": "12.4", "python": {"packages": ["torch==2.3.1"]}}), "pytorch-vs-cuda")
+    _assert_names_both(conflict, "stack.python.packages=torch==2.3.1", "stack.cuda=12.4")
+    assert "cu118, cu121 builds only" in conflict.message
+
+
+def test_torch_for_another_python_is_refused():
+    stack = {"python": {"manager": "conda", "version": "3.13", "packages": ["torch==2.3.1"]}}
+    conflict = _only(_refusal(stack), "pytorch-vs-python")
+    _assert_names_both(conflict, "stack.python.packages=torch==2.3.1", "stack.python.version=3.13")
+
+
+def test_horovod_with_torch_2_13_is_accepted_with_the_cxx17_patch_verified_here():
+    plan = resolve({"python": {"packages": ["torch==2.13.0"]}})
+    assert plan.patches == ("cxx17",)
+    assert plan.stack["python"]["packages"] == ["torch==2.13.0"]
+
+
+def test_horovod_with_torch_newer_than_verified_is_refused_saying_why():
+    conflict = _only(_refusal({"python": {"packages": ["torch==2.14.0"]}}), "horovod-vs-pytorch")
+    _assert_names_both(conflict, "stack.horovod.version=0.28.1 (default)", "stack.python.packages=torch==2.14.0")
+    assert "C++20" in conflict.message and "not verified" in conflict.message
+
+
+def test_horovod_with_gcc_13_is_refused():
+    conflict = _only(_refusal({"gcc": "13"}), "horovod-vs-gcc")
+    _assert_names_both(conflict, "stack.horovod.version=0.28.1 (default)", "stack.gcc=13")
+    assert conflict.source == "https://github.com/horovod/horovod/pull/3957"
+
+
+def test_horovod_with_python_3_12_is_refused():
+    stack = {"horovod": {"version": "0.28.1"}, "python": {"manager": "conda", "version": "3.12"}}
+    conflict = _only(_refusal(stack), "horovod-vs-python")
+    _assert_names_both(conflict, "stack.horovod.version=0.28.1", "stack.python.version=3.12")
+
+
+def test_horovod_with_tensorflow_2_16_is_refused():
+    conflict = _only(_refusal({"python": {"packages": ["tensorflow==2.16.1"]}}), "horovod-vs-tensorflow")
+    assert "Keras 3" in conflict.message
+    assert conflict.source == "https://github.com/horovod/horovod/issues/4290"
+
+
+def test_tensorflow_for_another_cuda_major_is_refused():
+    stack = {"cuda": "11.8", "gcc": "11", "python": {"packages": ["tensorflow==2.15.0"]}}
+    conflict = _only(_refusal(stack), "tensorflow-vs-cuda")
+    _assert_names_both(conflict, "stack.python.packages=tensorflow==2.15.0", "stack.cuda=11.8")
+
+
+def test_openmpi_3_1_3_is_refused_for_its_known_hangs():
+    conflict = _only(_refusal({"mpi": {"version": "3.1.3", "source": "package"}}), "openmpi-known-bad")
+    _assert_names_both(conflict, "stack.mpi.version=3.1.3", "stack.horovod.version=0.28.1 (default)")
+    assert "hangs" in conflict.message
+    assert conflict.source == "https://github.com/horovod/horovod/blob/master/docs/install.rst"
+
+
+def test_nccl_gpu_operations_on_a_cpu_stack_is_refused():
+    conflict = _only(_refusal({"horovod": {"gpu_operations": "nccl"}}, gpu=False), "gpu-ops-need-gpu")
+    _assert_names_both(conflict, "stack.horovod.gpu_operations=nccl", "gpu=false (CPU-only stack)")
+
+
+def test_gpu_parts_asked_for_on_a_cpu_stack_are_refused():
+    conflict = _only(_refusal({"cuda": "12.4"}, gpu=False), "gpu-part-on-cpu-stack")
+    _assert_names_both(conflict, "stack.cuda=12.4", "gpu=false (CPU-only stack)")
+
+
+def test_venv_python_other_than_the_nodes_is_refused():
+    conflict = _only(_refusal({"python": {"version": "3.10"}}), "venv-uses-node-python")
+    _assert_names_both(conflict, "stack.python.version=3.10", "node.python=3.11.2")
+
+
+def test_open_mpi_source_build_without_a_version_is_refused():
+    _only(_refusal({"mpi": {"source": "source"}}), "mpi-source-needs-version")
+
+
+def test_unknown_cuda_version_is_refused_listing_the_known_ones():
+    conflict = _only(_refusal({"cuda": "12.99"}), "unknown-version")
+    assert conflict.message.startswith("unknown cuda 12.99 (known: 11.0, 11.1,")
+    assert "12.4" in conflict.message and conflict.choices[0] == "stack.cuda=12.99"
+
+
+def test_unknown_torch_version_is_refused():
+    conflict = _only(_refusal({"python": {"packages": ["torch==9.0.0"]}}), "unknown-version")
+    assert "unknown pytorch 9.0.0" in conflict.message
+
+
+def test_unsupported_node_os_is_refused():
+    conflict = _only(_refusal({}, NodeInfo(os_id="fedora", os_version="40")), "unsupported-os")
+    assert "debian 12" in conflict.message
+
+
+def test_a_conflict_with_a_defaulted_value_says_it_was_a_default():
+    conflict = _only(_refusal({"cuda": "13.0"}, _gpu_node("Tesla K80")), "cuda-vs-gpu")
+    assert conflict.choices == ("stack.cuda=13.0", "node.gpus=Tesla K80")
+    driver = _only(_refusal({"cuda": "13.0"}, _gpu_node("Tesla K80")), "driver-vs-gpu")
+    assert driver.choices[0].endswith("(default)")
+
+
+# --------------------------------------------------------------------------------------------- all together
+
+
+def test_several_conflicts_are_reported_together():
+    stack = {
+        "driver": "535",
+        "cuda": "12.4",
+        "gcc": "13",
+        "nccl": "2.21.5",
+        "cudnn": "9.17",
+        "mpi": {"version": "3.1.3"},
+        "python": {"version": "3.12", "packages": ["torch==2.3.1", "tensorflow==2.16.1"]},
+    }
+    rules = {c.rule for c in _refusal(stack, _gpu_node("Tesla V100-SXM2-16GB"))}
+    assert rules >= {
+        "cuda-needs-driver",
+        "cudnn-vs-gpu",
+        "pytorch-vs-cuda",
+        "horovod-vs-gcc",
+        "horovod-vs-python",
+        "horovod-vs-tensorflow",
+        "openmpi-known-bad",
+        "venv-uses-node-python",
+    }
+
+
+def test_resolve_error_is_a_user_error_with_one_line_per_conflict():
+    with pytest.raises(ResolveError) as caught:
+        resolve({"cuda": "12.4", "driver": "535", "gcc": "13"}, DEBIAN12)
+    error = caught.value
+    assert isinstance(error, HvdError) and error.exit_code == 2
+    lines = str(error).splitlines()
+    assert len(lines) == len(error.conflicts) == 2
+    assert lines[0].startswith("cuda-needs-driver: cuda 12.4 needs driver >= 550.54.14")
+    assert all("(see https://" in line for line in lines)
