@@ -48,7 +48,8 @@ class Lab:
     nodes: int
     workdir: Path
     slots: int | None = None  # hvd_slots of every node
-    stack: dict = field(default_factory=dict)  # hosts.yaml `stack`
+    # hosts.yaml `stack`; by default the PyTorch CPU build this machine's wheelhouse carries
+    stack: dict = field(default_factory=lambda: {"python": {"packages": ["torch==2.13.0"]}})
     network: dict = field(default_factory=dict)  # hosts.yaml `network` (ca_bundle, wheelhouse added when found)
 
     @property

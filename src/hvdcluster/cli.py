@@ -9,7 +9,9 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from . import __version__, inventory, spec
+import yaml
+
+from . import __version__, compat, inventory, spec
 from .errors import HvdError
 from .progress import Console, Tracker, dump_json
 
@@ -25,9 +27,31 @@ def cmd_init(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def load_and_resolve(path: str) -> tuple[spec.ClusterSpec, compat.Plan]:
+    """hosts.yaml, validated, and its stack resolved: bad input or an impossible stack stop here (exit 2)."""
+    cluster = spec.load(path)
+    return cluster, compat.resolve(cluster.stack)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    cluster, plan = load_and_resolve(args.hosts)
+    if args.json:
+        dump_json(sys.stdout, {"cluster": cluster.cluster, "stack": plan.stack, "patches": list(plan.patches),
+                               "notes": list(plan.notes)})
+        return EXIT_OK
+    print(f"cluster {cluster.cluster}: resolved stack")
+    print(yaml.safe_dump(plan.stack, sort_keys=False, default_flow_style=False).rstrip())
+    if plan.patches:
+        print(f"horovod patches: {', '.join(plan.patches)}")
+    print("why:")
+    for note in plan.notes:
+        print(f"  {note}")
+    return EXIT_OK
+
+
 def cmd_inventory(args: argparse.Namespace) -> int:
-    cluster = spec.load(args.hosts)
-    root = inventory.render(cluster, args.output)
+    cluster, plan = load_and_resolve(args.hosts)
+    root = inventory.render(cluster, args.output, plan)
     print(f"wrote {root} ({len(cluster.hosts)} hosts)")
     return EXIT_OK
 
@@ -39,11 +63,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     console = Console(sys.stderr if args.json else out)
     if args.json:
         console.live = False
-    console.step(1, 3, f"read {args.hosts}")
-    cluster = spec.load(args.hosts)
+    console.step(1, 3, f"read {args.hosts} and resolve the stack")
+    cluster, plan = load_and_resolve(args.hosts)
     console.write(f"  cluster {cluster.cluster}: {len(cluster.hosts)} hosts")
     console.step(2, 3, "write inventory")
-    root = inventory.render(cluster, args.output)
+    root = inventory.render(cluster, args.output, plan)
     console.write(f"  {root}")
     mode = " (check mode: nothing is changed)" if args.check else ""
     console.step(3, 3, f"converge playbooks/site.yml{mode}")
@@ -98,6 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("hosts", help="the cluster's hosts.yaml")
         p.add_argument("-o", "--output", default="inventories",
                        help="folder that holds the inventory folder <cluster>/ (default: ./inventories)")
+
+    p = sub.add_parser("plan", help="print the resolved software stack and why each value was chosen")
+    p.add_argument("hosts", help="the cluster's hosts.yaml")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("inventory", help="render the Ansible inventory from hosts.yaml")
     with_output(p)

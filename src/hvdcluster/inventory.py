@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from .compat import Plan
 from .spec import ClusterSpec
 
 GROUP = "hvd_nodes"
@@ -54,7 +55,8 @@ VAR_DOCS: dict[str, str] = {
     "hvd_base_apt_proxy": "apt proxy URL; empty: none.",
     "hvd_base_pip_index": "pip index URL; empty: pip's default.",
     "hvd_pyenv_wheelhouse": "Controller folder of wheels offered to pip on the nodes; empty: none.",
-    "hvd_stack": "The software stack asked for in hosts.yaml (versions as strings; absent keys are resolved).",
+    "hvd_stack": "The software stack: hosts.yaml's, completed by the resolver (`hvdcluster plan` says why).\n"
+    "The role variables below are taken from it.",
 }
 
 
@@ -82,8 +84,13 @@ def host_vars(spec: ClusterSpec) -> dict[str, dict[str, Any]]:
     return hosts
 
 
-def group_vars(spec: ClusterSpec) -> dict[str, dict[str, Any]]:
-    """The variables of every host, by the file they are written to."""
+def group_vars(spec: ClusterSpec, plan: Plan | None = None) -> dict[str, dict[str, Any]]:
+    """The variables of every host, by the file they are written to.
+
+    With a resolved ``plan`` the stack is the resolved one and its role variables are written too;
+    without, only what hosts.yaml says.
+    """
+    stack = plan.stack if plan else spec.stack
     ssh: dict[str, Any] = {"ansible_user": spec.ssh.user, "ansible_become": bool(spec.ssh.become)}
     if spec.ssh.identity:
         ssh["ansible_ssh_private_key_file"] = spec.ssh.identity
@@ -99,7 +106,7 @@ def group_vars(spec: ClusterSpec) -> dict[str, dict[str, Any]]:
             "hvd_base_pip_index": net.pip_index or "",
             "hvd_pyenv_wheelhouse": net.wheelhouse or "",
         },
-        "stack.yml": {"hvd_stack": spec.stack},
+        "stack.yml": {"hvd_stack": stack, **stack_vars(stack, plan.patches if plan else ())},
     }
 
 
@@ -144,6 +151,10 @@ def stack_vars(stack: dict[str, Any], patches: tuple[str, ...] = ()) -> dict[str
     return out
 
 
+VAR_DOCS.update({var: f"= hvd_stack.{'.'.join(path)}" for path, var in STACK_VARS.items()})
+VAR_DOCS["hvd_horovod_patches"] = "Horovod patches the resolver chose for this stack."
+
+
 def _dump(value: Any) -> str:
     return yaml.safe_dump(value, sort_keys=False, default_flow_style=False, width=100)
 
@@ -166,7 +177,7 @@ def _header(spec: ClusterSpec, what: str) -> str:
     )
 
 
-def render(spec: ClusterSpec, out_dir: str | os.PathLike[str]) -> Path:
+def render(spec: ClusterSpec, out_dir: str | os.PathLike[str], plan: Plan | None = None) -> Path:
     """Write ``<out_dir>/<cluster>/`` and return its path."""
     root = Path(out_dir) / spec.cluster
     (root / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
@@ -175,7 +186,7 @@ def render(spec: ClusterSpec, out_dir: str | os.PathLike[str]) -> Path:
 
     hosts_doc = {"all": {"children": {GROUP: {"hosts": host_vars(spec)}}}}
     _write(root / "hosts.yml", _header(spec, "Nodes") + "---\n" + HOST_VAR_DOC + _dump(hosts_doc))
-    for name, mapping in group_vars(spec).items():
+    for name, mapping in group_vars(spec, plan).items():
         _write(root / "group_vars" / "all" / name, _header(spec, GROUP_VAR_TITLES[name]) + "---\n" + _commented(mapping))
     return root
 

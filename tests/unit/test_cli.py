@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,27 @@ def test_inventory_command_writes_the_cluster_folder(tmp_path: Path) -> None:
     hosts.write_text("cluster: c1\nhosts: [10.0.0.1, 10.0.0.2]\n")
     assert cli.main(["inventory", str(hosts), "-o", str(tmp_path / "inv")]) == 0
     assert (tmp_path / "inv" / "c1" / "hosts.yml").is_file()
+
+
+def test_up_with_an_impossible_stack_exits_2_listing_every_conflict_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text('cluster: c1\nhosts: [10.0.0.1]\nstack:\n  cuda: "12.4"\n  driver: "470"\n  gcc: "13"\n'
+                     '  mpi: {version: "3.1.3"}\n')
+    assert cli.main(["up", str(hosts), "-o", str(tmp_path / "inv")]) == 2
+    err = capsys.readouterr().err
+    for rule in ("cuda-needs-driver", "horovod-vs-gcc", "openmpi-known-bad"):
+        assert rule in err
+    assert not (tmp_path / "inv").exists()
+
+
+def test_plan_prints_the_resolved_stack_with_reasons(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text('cluster: c1\nhosts: [10.0.0.1]\nstack: {python: {packages: ["torch==2.13.0"]}}\n')
+    assert cli.main(["plan", str(hosts)]) == 0
+    out = capsys.readouterr().out
+    assert "torch==2.13.0" in out and "horovod patches: cxx17" in out and "why:" in out
+    assert cli.main(["plan", str(hosts), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["stack"]["horovod"]["controllers"] == ["mpi", "gloo"] and doc["patches"] == ["cxx17"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hvdcluster import inventory, spec
+from hvdcluster import compat, inventory, spec
 
 EXPECTED = Path(__file__).parent / "expected" / "inventory"
 
@@ -49,7 +49,7 @@ def rendered_files(root: Path) -> dict[str, str]:
 
 
 def test_rendered_inventory_matches_expected_files(cluster: spec.ClusterSpec, tmp_path: Path) -> None:
-    root = inventory.render(cluster, tmp_path / "inventories")
+    root = inventory.render(cluster, tmp_path / "inventories", compat.resolve(cluster.stack))
     got = {name: text.replace(str(tmp_path), "<tmp>") for name, text in rendered_files(root).items()}
     if os.environ.get("HVD_REGENERATE_EXPECTED"):
         shutil.rmtree(EXPECTED / "lab-a", ignore_errors=True)
@@ -108,3 +108,13 @@ def test_controller_pins_host_keys_and_never_disables_checking(cluster: spec.Clu
     args = inventory.group_vars(cluster)["ssh.yml"]["ansible_ssh_common_args"]
     assert "StrictHostKeyChecking=accept-new" in args and "UserKnownHostsFile=" in args
     assert "StrictHostKeyChecking=no" not in args and "/dev/null" not in args
+
+
+def test_resolved_stack_becomes_role_variables(cluster: spec.ClusterSpec) -> None:
+    plan = compat.resolve({"python": {"packages": ["torch==2.13.0"]}})
+    stack = inventory.group_vars(cluster, plan)["stack.yml"]
+    assert stack["hvd_stack"] == plan.stack
+    assert stack["hvd_pyenv_packages"] == ["torch==2.13.0"]
+    assert stack["hvd_horovod_patches"] == ["cxx17"]
+    assert stack["hvd_horovod_controllers"] == ["mpi", "gloo"]
+    assert "hvd_nvidia_driver_version" not in stack  # a CPU stack: nothing GPU, no nulls for roles
