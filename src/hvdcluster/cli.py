@@ -56,7 +56,8 @@ def cmd_inventory(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_up(args: argparse.Namespace) -> int:
+def _converge(args: argparse.Namespace, playbook: str, what: str) -> int:
+    """Resolve, render the inventory, run one playbook with live progress, then the summary."""
     from .runner import run_playbook
 
     out = sys.stdout
@@ -69,8 +70,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     console.step(2, 3, "write inventory")
     root = inventory.render(cluster, args.output, plan)
     console.write(f"  {root}")
-    mode = " (check mode: nothing is changed)" if args.check else ""
-    console.step(3, 3, f"converge playbooks/site.yml{mode}")
+    check = getattr(args, "check", False)
+    mode = " (check mode: nothing is changed)" if check else ""
+    console.step(3, 3, f"{what} playbooks/{playbook}{mode}")
 
     tracker = Tracker.for_hosts([h.name for h in cluster.hosts])
     console.update(tracker, set(tracker.hosts))
@@ -78,8 +80,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     def on_event(event: dict) -> None:
         console.update(tracker, tracker.handle(event))
 
-    result = run_playbook(root, "site.yml", limit=args.limit, tags=args.tags, check=args.check, diff=args.diff,
-                          on_event=on_event)
+    result = run_playbook(root, playbook, limit=args.limit, tags=getattr(args, "tags", None), check=check,
+                          diff=getattr(args, "diff", False), on_event=on_event)
     console.summary(tracker, str(result.log))
     if args.json:
         dump_json(out, {"cluster": cluster.cluster, "inventory": str(root), "rc": result.rc,
@@ -89,6 +91,14 @@ def cmd_up(args: argparse.Namespace) -> int:
     if not tracker.failures:
         console.write(f"ansible-playbook ended with rc {result.rc} ({result.status}): see {result.log}")
     return EXIT_FAILED
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    return _converge(args, "site.yml", "converge")
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    return _converge(args, "preflight.yml", "check every node, read-only:")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -140,6 +150,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--diff", action="store_true", help="show file differences")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("preflight", help="run the read-only pre-flight checks on every node and report",
+                       description="Probes every node and reports each finding (host, check, found, expected, "
+                       "fix); changes nothing. Exit code 1 when a check failed.")
+    with_output(p)
+    p.add_argument("--limit", help="only these hosts (Ansible pattern)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.set_defaults(func=cmd_preflight)
 
     p = sub.add_parser("run", help="launch a Horovod job with horovodrun on the first node",
                        description="Builds the horovodrun command line from the inventory (hosts and slots, the "

@@ -76,6 +76,25 @@ class Plan:
     patches: tuple[str, ...]
 
 
+def preflight_vars(stack: dict) -> dict[str, Any]:
+    """What hvd_preflight checks GPU nodes against for this (resolved) stack: the GPU rules of the matrix
+    and the newest gcc its nvcc accepts; nothing for a CPU-only stack."""
+    m = _matrix()
+    cuda = stack.get("cuda")
+    if not cuda:
+        return {}
+    out: dict[str, Any] = {
+        "hvd_preflight_gpu_rules": [
+            {k: row[k] for k in ("arch", "cc", "match", "cuda_min", "cuda_max", "driver_max") if k in row}
+            for row in m["gpus"]
+        ]
+    }
+    row = _Catalog(m).gcc_limit(str(cuda))
+    if row:
+        out["hvd_preflight_gcc_max"] = str(row["gcc_max"])
+    return out
+
+
 # --------------------------------------------------------------------------------------------- matrix
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from .compat import Plan
+from .compat import Plan, preflight_vars
 from .spec import ClusterSpec
 
 GROUP = "hvd_nodes"
@@ -106,7 +106,8 @@ def group_vars(spec: ClusterSpec, plan: Plan | None = None) -> dict[str, dict[st
             "hvd_base_pip_index": net.pip_index or "",
             "hvd_pyenv_wheelhouse": net.wheelhouse or "",
         },
-        "stack.yml": {"hvd_stack": stack, **stack_vars(stack, plan.patches if plan else ())},
+        "stack.yml": {"hvd_stack": stack, **stack_vars(stack, plan.patches if plan else ()),
+                      **(preflight_vars(stack) if plan else {})},
     }
 
 
@@ -148,11 +149,18 @@ def stack_vars(stack: dict[str, Any], patches: tuple[str, ...] = ()) -> dict[str
             out[var] = value
     if patches:
         out["hvd_horovod_patches"] = list(patches)
+    if stack.get("cuda") and stack.get("gcc"):  # nvcc's host compiler: the gcc the resolver chose for this CUDA
+        out["hvd_cuda_host_compiler_packages"] = [f"g++-{stack['gcc']}"]
+        out["hvd_cuda_host_cxx"] = f"/usr/bin/g++-{stack['gcc']}"
     return out
 
 
 VAR_DOCS.update({var: f"= hvd_stack.{'.'.join(path)}" for path, var in STACK_VARS.items()})
 VAR_DOCS["hvd_horovod_patches"] = "Horovod patches the resolver chose for this stack."
+VAR_DOCS["hvd_cuda_host_compiler_packages"] = "= g++-<hvd_stack.gcc>: the host compiler nvcc gets."
+VAR_DOCS["hvd_cuda_host_cxx"] = "= /usr/bin/g++-<hvd_stack.gcc> (CUDAHOSTCXX for CUDA builds)."
+VAR_DOCS["hvd_preflight_gpu_rules"] = "GPU models -> CUDA and driver limits (version matrix), for hvd_preflight."
+VAR_DOCS["hvd_preflight_gcc_max"] = "Newest gcc the planned nvcc accepts (version matrix), for hvd_preflight."
 
 
 def _dump(value: Any) -> str:

@@ -97,6 +97,8 @@ class Tracker:
     failures: list[Failure] = field(default_factory=list)
     # What roles asked the operator to know (set_stats `hvd_notices: {host: [text, ...]}`), e.g. a reboot.
     notices: dict[str, list[str]] = field(default_factory=dict)
+    # hvd_preflight's findings (set_stats `hvd_preflight: {host: [{check, severity, found, expected, fix}]}`).
+    preflight: dict[str, list[dict[str, str]]] = field(default_factory=dict)
     finished: bool = False
 
     @classmethod
@@ -161,6 +163,9 @@ class Tracker:
                 names.add(name)
         for name, texts in ((data.get("artifact_data") or {}).get("hvd_notices") or {}).items():
             self.notices[name] = sorted(set(texts if isinstance(texts, list) else [texts]))
+        for name, findings in ((data.get("artifact_data") or {}).get("hvd_preflight") or {}).items():
+            if isinstance(findings, list):
+                self.preflight[name] = [f for f in findings if isinstance(f, dict)]
         for host in self.hosts.values():
             host.done = True
         self.finished = True
@@ -180,6 +185,7 @@ class Tracker:
             },
             "failures": [asdict(f) for f in self.failures],
             "notices": self.notices,
+            "preflight": self.preflight,
         }
 
 
@@ -234,6 +240,13 @@ class Console:
             self.write("Failures:")
             for failure in tracker.failures:
                 self.write(f"  {failure.line()}")
+        findings = [f for name in sorted(tracker.preflight) for f in tracker.preflight[name]]
+        if findings:
+            self.write()
+            self.write("Pre-flight findings:")
+            for f in findings:
+                self.write(f"  {f.get('severity', '').upper():4}  {f.get('host')}  {f.get('check')}: found {f.get('found')}; "
+                           f"expected {f.get('expected')}; fix: {f.get('fix')}")
         if tracker.notices:
             self.write()
             self.write("Notices:")

@@ -1,0 +1,188 @@
+"""hvd_preflight's rules (its filter plugin), fed with probe documents as files/probe.py prints them.
+
+The GPU, kernel, Secure Boot, MTU and clock cases cannot be provoked in a container here (no GPU, one shared
+kernel and clock, one bridge): these tests feed the judge what such nodes report instead."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+_spec = importlib.util.spec_from_file_location(
+    "hvd_preflight_filters", ROOT / "roles" / "hvd_preflight" / "filter_plugins" / "hvd_preflight.py")
+rules = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(rules)
+
+PLAN = {
+    "set_hostname": False, "supported_os": {"Debian": ["12"], "Ubuntu": ["22.04", "24.04"]}, "tmp_dir": "/tmp",
+    "min_free_gb": 6.0, "min_shm_mb": 256, "cuda": "", "driver": "", "gcc_max": "", "gpu_rules": [],
+    "probe_port": 50123, "ephemeral_ports": [32768, 60999], "max_clock_skew_s": 5, "controller_time": [1000.0, 1003.0],
+}
+
+
+def probe(name: str, peer: str, **changes) -> dict:
+    doc = {
+        "time": 1001.0, "hostname": name, "uid": 0, "tmp_error": "", "free_gb": {"/opt": 40.0}, "shm_mb": 1024,
+        "kernel": {"running": "6.1.0-18-amd64", "newer": [], "headers": True, "headers_candidate": ""},
+        "secure_boot": None, "nvidia": {"gpus": [], "pci_devices": 0, "loaded": "", "installed": [], "nouveau": False},
+        "gcc": {"gcc": "12", "g++": "12", "host_cxx": ""},
+        "interfaces": {"eth0": {"ipv4": "10.0.0.1", "mtu": 1500}}, "ephemeral_ports": [32768, 60999],
+        "peers": [{"name": peer, "address": f"{peer}-fab", "route": {"resolved": "10.0.0.2", "local": "10.0.0.1",
+                                                                      "iface": "eth0", "mtu": 1500},
+                   "ssh": {"port": 22, "error": ""}, "probe": {"port": 50123, "error": ""}}],
+        "os": {"distribution": "Debian", "version": "12", "major": "12"}, "container": False, "kernel_module": False,
+        "mpi": {"noninteractive": "", "version": "", "login": ""},
+    }
+    for key, value in changes.items():
+        doc[key] = value
+    return doc
+
+
+def judge(a: dict | None = None, b: dict | None = None, **plan) -> dict:
+    return rules.hvd_preflight_findings({"a": a or probe("a", "b"), "b": b or probe("b", "a")}, {**PLAN, **plan})
+
+
+def checks(found: dict, host: str) -> set[str]:
+    return {f["check"] for f in found[host]}
+
+
+def test_healthy_pair_has_no_findings() -> None:
+    assert judge() == {"a": [], "b": []}
+    assert rules.hvd_preflight_report({"a": [], "b": []}) == ["all 2 nodes passed every pre-flight check"]
+
+
+@pytest.mark.parametrize("name, ok", [("node-1", True), ("gpu01.example.org", True), ("node_1", False),
+                                      ("-node", False), ("node-", False), ("a" * 64, False), ("", False)])
+def test_rfc1123_hostnames(name: str, ok: bool) -> None:
+    assert rules.valid_hostname(name) is ok
+
+
+def test_every_finding_names_host_check_found_expected_fix() -> None:
+    b = probe("b", "a", shm_mb=64, tmp_error="Read-only file system", uid=1000, hostname="a")
+    found = judge(b=b)
+    assert {"shm-size", "tmp-writable", "become-root", "hostname-unique"} <= checks(found, "b")
+    for finding in found["b"]:
+        assert set(finding) == {"host", "check", "severity", "found", "expected", "fix"}
+        assert all(finding.values())
+    line = rules.hvd_preflight_line(found["b"][0])
+    assert line.startswith(found["b"][0]["check"] + ": found ") and "; fix: " in line
+
+
+def test_kernel_checks_apply_only_when_a_module_is_built() -> None:
+    k = {"running": "6.1.0-18-amd64", "newer": ["6.1.0-21-amd64"], "headers": False, "headers_candidate": ""}
+    plain = judge(b=probe("b", "a", kernel=k, secure_boot=True))
+    assert [f["severity"] for f in plain["b"]] == ["warn"] and checks(plain, "b") == {"kernel-booted"}
+    module = judge(b=probe("b", "a", kernel=k, secure_boot=True, kernel_module=True))
+    assert checks(module, "b") == {"kernel-booted", "kernel-headers", "secure-boot"}
+    assert all(f["severity"] == "fail" for f in module["b"])
+    installable = dict(k, newer=[], headers_candidate="6.1.76-1")
+    assert judge(b=probe("b", "a", kernel=installable, kernel_module=True))["b"] == []
+
+
+def test_driver_library_mismatch() -> None:
+    nv = {"gpus": ["NVIDIA H100 80GB HBM3"], "pci_devices": 1, "loaded": "535.104.05", "installed": ["550.54.15"],
+          "nouveau": False}
+    found = judge(b=probe("b", "a", nvidia=nv))
+    assert checks(found, "b") == {"driver-loaded"}
+    assert "mismatch" in found["b"][0]["expected"]
+
+
+def test_gpu_rules_from_the_matrix() -> None:
+    from hvdcluster import compat
+
+    gpu_rules = compat.preflight_vars({"cuda": "11.7"})["hvd_preflight_gpu_rules"]
+    h100 = {"gpus": ["NVIDIA H100 80GB HBM3"], "pci_devices": 1, "loaded": "", "installed": [], "nouveau": False}
+    k80 = dict(h100, gpus=["Tesla K80"])
+    found = judge(probe("a", "b", nvidia=h100), probe("b", "a", nvidia=k80), cuda="11.7", driver="550",
+                  gpu_rules=gpu_rules)
+    assert "gpu-supported" in checks(found, "a") and "11.8" in found["a"][0]["expected"]
+    assert {f["expected"] for f in found["b"] if f["check"] == "gpu-supported"} == {"driver branch <= 470"}
+    assert "gpu-models" in checks(found, "a") | checks(found, "b")
+
+
+def test_gcc_newer_than_nvcc_accepts() -> None:
+    from hvdcluster import compat
+
+    gcc_max = compat.preflight_vars({"cuda": "11.8"})["hvd_preflight_gcc_max"]
+    assert gcc_max == "11"
+    found = judge(cuda="11.8", gcc_max=gcc_max)
+    assert checks(found, "a") == {"gcc-nvcc"} and "g++-11" in found["a"][0]["fix"]
+    pinned = probe("a", "b", gcc={"gcc": "12", "g++": "12", "host_cxx": "11.4.0"})
+    assert judge(a=pinned, cuda="11.8", gcc_max=gcc_max)["a"] == []
+
+
+def test_peer_ports_are_judged_on_the_target() -> None:
+    a = probe("a", "b")
+    a["peers"][0]["ssh"]["error"] = "Connection refused"
+    a["peers"][0]["probe"]["error"] = "timed out"
+    found = judge(a=a)
+    assert found["a"] == []
+    assert checks(found, "b") == {"peer-reachable", "peer-port"}
+    port = next(f for f in found["b"] if f["check"] == "peer-port")
+    assert "a cannot connect to b-fab:50123" in port["found"] and "32768-60999" in port["fix"]
+
+
+def test_unresolvable_fabric_name() -> None:
+    a = probe("a", "b")
+    a["peers"][0] = {"name": "b", "address": "b-fab", "route": {"resolved": "", "error": "name does not resolve"}}
+    found = judge(a=a)
+    assert checks(found, "b") == {"peer-reachable"}
+
+
+def test_fabric_interface_and_mtu_across_nodes() -> None:
+    b = probe("b", "a")
+    b["peers"][0]["route"] = {"resolved": "10.0.0.1", "local": "10.0.0.2", "iface": "ib0", "mtu": 2044}
+    found = judge(b=b)
+    assert checks(found, "a") == {"fabric-interface"}
+    assert checks(found, "b") == {"fabric-interface", "mtu"} and "1500" in found["b"][1]["expected"]
+
+
+def test_clock_skew_against_the_controller() -> None:
+    found = judge(b=probe("b", "a", time=1030.0))
+    assert checks(found, "b") == {"clock-skew"} and "+27.0 s" in found["b"][0]["found"]
+    assert judge(b=probe("b", "a", time=1007.9))["b"] == []
+
+
+def test_mpi_on_login_path_only_and_different_mpis() -> None:
+    b = probe("b", "a", mpi={"noninteractive": "", "version": "", "login": "/opt/ompi/bin/mpirun"})
+    found = judge(b=b)
+    assert checks(found, "b") == {"mpi-path"} and "/opt/ompi/bin" in found["b"][0]["fix"]
+    c = probe("a", "b", mpi={"noninteractive": "/usr/bin/mpirun", "version": "mpirun (Open MPI) 4.1.4", "login": ""})
+    d = probe("b", "a", mpi={"noninteractive": "/usr/bin/mpirun", "version": "mpirun (Open MPI) 3.1.3", "login": ""})
+    found = judge(c, d)
+    assert "mpi-same" in checks(found, "a") | checks(found, "b")
+
+
+def test_set_hostname_forgives_names_that_are_about_to_change() -> None:
+    found = judge(b=probe("b", "a", hostname="a_b"), set_hostname=True)
+    assert found == {"a": [], "b": []}
+
+
+def test_unsupported_os_and_small_disk() -> None:
+    found = judge(b=probe("b", "a", os={"distribution": "CentOS", "version": "7", "major": "7"},
+                          free_gb={"/opt": 2.5}))
+    assert checks(found, "b") == {"os-supported", "disk-free"}
+
+
+def test_probe_script_runs_here_and_prints_what_the_judge_reads(tmp_path) -> None:
+    """The real probe, on this machine, against a loopback peer whose ports are closed."""
+    args = {"peers": [{"name": "lo", "address": "127.0.0.1", "port": 1, "probe_port": 2}],
+            "paths": [str(tmp_path)], "tmp_dir": str(tmp_path), "host_cxx": ""}
+    proc = subprocess.run([sys.executable, str(ROOT / "roles/hvd_preflight/files/probe.py"), json.dumps(args)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["tmp_error"] == "" and doc["free_gb"][str(tmp_path)] > 0 and doc["shm_mb"] > 0
+    assert doc["peers"][0]["route"]["iface"] == "lo"
+    assert "refused" in doc["peers"][0]["ssh"]["error"].lower()
+    live = copy.deepcopy(doc)
+    live.update(os={"distribution": "Debian", "version": "12", "major": "12"}, mpi={}, kernel_module=False)
+    found = rules.hvd_preflight_findings({"here": live}, {**PLAN, "controller_time": []})
+    assert "peer-reachable" in {f["check"] for f in found["lo"]}
