@@ -51,6 +51,12 @@ class Lab:
     # hosts.yaml `stack`; by default the PyTorch CPU build this machine's wheelhouse carries
     stack: dict = field(default_factory=lambda: {"python": {"packages": ["torch==2.13.0"]}})
     network: dict = field(default_factory=dict)  # hosts.yaml `network` (ca_bundle, wheelhouse added when found)
+    # Per node (1-based): extra `docker run` arguments, another hostname, another fabric_port in hosts.yaml.
+    docker_args: dict[int, list[str]] = field(default_factory=dict)
+    hostnames: dict[int, str] = field(default_factory=dict)
+    fabric_ports: dict[int, int] = field(default_factory=dict)
+    shm_size: str = "512m"  # NCCL/Gloo need more than Docker's 64 MiB (hvd_preflight checks it)
+    shm_sizes: dict[int, str] = field(default_factory=dict)
 
     @property
     def docker_network(self) -> str:
@@ -88,9 +94,9 @@ class Lab:
         pub = self.key.with_suffix(".pub").read_text().strip()
         docker("network", "create", "--label", f"{LABEL}={self.name}", self.docker_network)
         for i, node in enumerate(self.node_names, 1):
-            docker("run", "-d", "--name", self.container(i), "--hostname", node,
-                   "--label", f"{LABEL}={self.name}", "--network", self.docker_network,
-                   "-p", "127.0.0.1::22", "-e", f"SSH_AUTHORIZED_KEY={pub}", IMAGE)
+            docker("run", "-d", "--name", self.container(i), "--hostname", self.hostnames.get(i, node),
+                   "--label", f"{LABEL}={self.name}", "--network", self.docker_network, "--shm-size", self.shm_sizes.get(i, self.shm_size),
+                   "-p", "127.0.0.1::22", "-e", f"SSH_AUTHORIZED_KEY={pub}", *self.docker_args.get(i, []), IMAGE)
         self.write_hosts_yaml()
         self.wait_for_ssh()
         return self.hosts_yaml
@@ -109,7 +115,7 @@ class Lab:
         slots = f", slots: {self.slots}" if self.slots else ""
         for i, node in enumerate(self.node_names, 1):
             lines.append(f"  - {{name: {node}, address: 127.0.0.1, port: {self.port(i)}, "
-                         f"fabric_address: {self.container(i)}, fabric_port: 22{slots}}}")
+                         f"fabric_address: {self.container(i)}, fabric_port: {self.fabric_ports.get(i, 22)}{slots}}}")
         network = dict(self.network)
         ca = host_ca_bundle()
         if ca:
