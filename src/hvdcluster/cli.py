@@ -34,11 +34,19 @@ def load_and_resolve(path: str) -> tuple[spec.ClusterSpec, compat.Plan]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    cluster, plan = load_and_resolve(args.hosts)
+    cluster = spec.load(args.hosts)
+    node, facts = compat.NodeInfo(), []
+    if args.probe:
+        from . import probe
+
+        node, facts = probe.probe(cluster, Path(args.output) / cluster.cluster / "ssh" / "known_hosts")
+    plan = compat.resolve(cluster.stack, node)
     if args.json:
         dump_json(sys.stdout, {"cluster": cluster.cluster, "stack": plan.stack, "patches": list(plan.patches),
-                               "notes": list(plan.notes)})
+                               "notes": list(plan.notes), "nodes": [vars(f) for f in facts]})
         return EXIT_OK
+    for f in facts:
+        print(f"probed {probe.describe(f)}")
     print(f"cluster {cluster.cluster}: resolved stack")
     print(yaml.safe_dump(plan.stack, sort_keys=False, default_flow_style=False).rstrip())
     if plan.patches:
@@ -134,7 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="folder that holds the inventory folder <cluster>/ (default: ./inventories)")
 
     p = sub.add_parser("plan", help="print the resolved software stack and why each value was chosen")
-    p.add_argument("hosts", help="the cluster's hosts.yaml")
+    with_output(p)
+    p.add_argument("--probe", action="store_true",
+                   help="resolve for the nodes as they are: read their OS, kernel, gcc, python, GPUs and loaded "
+                   "driver over SSH first (read-only; host keys pinned in the inventory's ssh/known_hosts)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(func=cmd_plan)
 

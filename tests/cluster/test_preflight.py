@@ -146,3 +146,25 @@ def test_mpi_missing_on_the_non_interactive_path(make_lab, installed: Path) -> N
     assert "/opt/ompi/bin/mpirun" in finding["found"]
     others_clean(findings, "node2", "mpi-path")
     untouched(lab)
+
+
+def test_plan_probe_resolves_for_the_nodes_as_they_are(make_lab, installed: Path) -> None:
+    """`plan --probe` reads the nodes over SSH (paramiko, keys pinned like the playbooks pin them) and
+    resolves the stack for their python; a second probe goes through the pinned keys; nothing is written."""
+    lab = make_lab()
+    cli = Cli(installed, lab.workdir)
+    proc = cli("plan", "hosts.yaml", "--probe", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [n["host"] for n in doc["nodes"]] == ["node1", "node2"]
+    python = lab.exec(1, "python3", "-c", "import platform; print(platform.python_version())").stdout.strip()
+    for node in doc["nodes"]:
+        assert (node["os_id"], node["os_version"], node["python"]) == ("debian", "12", python)
+        assert node["kernel"] and node["gpus"] == []
+    assert doc["stack"]["python"]["version"] == python.rsplit(".", 1)[0]
+    assert any(f"the node's python {python}" in note for note in doc["notes"])
+    known = (lab.workdir / "inventories" / "pf" / "ssh" / "known_hosts").read_text()
+    assert known.count("ssh-ed25519") >= 2
+    again = cli("plan", "hosts.yaml", "--probe")
+    assert again.returncode == 0 and again.stdout.count("probed node") == 2, again.stdout + again.stderr
+    untouched(lab)
