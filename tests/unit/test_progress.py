@@ -110,3 +110,21 @@ def test_notices_set_by_roles_are_listed_per_host_in_the_summary_and_json() -> N
 def test_a_failed_command_is_summarized_by_its_last_stderr_lines() -> None:
     res = {"msg": "non-zero return code", "rc": 1, "stderr": "building...\n\nerror: torch not found\nBuild failed\n"}
     assert failure_message(res) == "rc 1: building... | error: torch not found | Build failed"
+
+
+def test_preflight_findings_are_listed_in_the_summary_and_json() -> None:
+    finding = {"host": "gpu02", "check": "shm-size", "severity": "fail", "found": "/dev/shm is 64 MiB",
+               "expected": ">= 256 MiB", "fix": "mount -o remount,size=1G /dev/shm"}
+    warning = dict(finding, host="gpu01", check="gpu-models", severity="warn", found="GPUs A100")
+    tracker = Tracker.for_hosts(["gpu01", "gpu02"])
+    tracker.handle({"event": "playbook_on_stats", "event_data": {
+        "ok": {"gpu01": 9, "gpu02": 9}, "changed": {}, "failures": {"gpu02": 1}, "dark": {}, "skipped": {},
+        "artifact_data": {"hvd_preflight": {"gpu01": [warning], "gpu02": [finding], "bad": "not a list"}}}})
+    stream = io.StringIO()
+    Console(stream, live=False).summary(tracker, "/log")
+    text = stream.getvalue()
+    assert ("Pre-flight findings:\n  WARN  gpu01  gpu-models: found GPUs A100; expected >= 256 MiB; fix: mount"
+            in text)
+    assert "  FAIL  gpu02  shm-size: found /dev/shm is 64 MiB; expected >= 256 MiB; fix: mount -o" in text
+    assert tracker.as_dict()["preflight"] == {"gpu01": [warning], "gpu02": [finding]}
+    assert not tracker.ok
