@@ -3,7 +3,7 @@
   cold up, 1 node   empty controller cache: builds the env and the Horovod wheel
   cold up, 2 nodes  empty controller cache again; the build happens once, so the ratio should stay near 1
                     (target <= 1.3)
-  no-op up, 2 nodes the converged cluster again (target <= 30 s, changed=0)
+  no-op up, 2 nodes the converged cluster again, three times (target <= 30 s, changed=0)
 
 Run from the checkout after tests/setup.sh:  .venv/bin/python bench/up_scaling.py
 """
@@ -50,14 +50,20 @@ def main() -> None:
         two = Lab("bench2", 2, work / "two", slots=2, stack=STACK)
         two.up()
         cold2, _ = up(two, work / "cache2")
-        noop, doc = up(two, work / "cache2")
+        noops = []
+        for _ in range(3):  # a 2-core machine is noisy: the best and the median of three
+            seconds, doc = up(two, work / "cache2")
+            noops.append((seconds, sum(h["changed"] for h in doc["hosts"].values())))
         two.down()
 
-    changed = sum(h["changed"] for h in doc["hosts"].values())
+    noop = min(s for s, _ in noops)
+    median = sorted(s for s, _ in noops)[1]
+    changed = max(c for _, c in noops)
     print(f"cold up, 1 node:   {cold1:7.1f} s")
     print(f"cold up, 2 nodes:  {cold2:7.1f} s")
     print(f"ratio 2/1:         {cold2 / cold1:7.2f}   (target <= 1.3)")
-    print(f"no-op up, 2 nodes: {noop:7.1f} s   changed={changed}   (target <= 30 s, changed=0)")
+    print(f"no-op up, 2 nodes: {noop:7.1f} s   best of 3 (median {median:.1f} s)   changed={changed}"
+          "   (target <= 30 s, changed=0)")
 
 
 if __name__ == "__main__":

@@ -64,6 +64,10 @@ def cmd_inventory(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# up --verify: the post-flight's slow proofs even when nothing changed since they last passed.
+FULL_VERIFY = {"hvd_verify_allreduce": "always", "hvd_horovod_gate_always": True}
+
+
 def _converge(args: argparse.Namespace, playbook: str, what: str) -> int:
     """Resolve, render the inventory, run one playbook with live progress, then the summary."""
     from .runner import run_playbook
@@ -82,6 +86,7 @@ def _converge(args: argparse.Namespace, playbook: str, what: str) -> int:
     mode = " (check mode: nothing is changed)" if check else ""
     console.step(3, 3, f"{what} playbooks/{playbook}{mode}")
 
+    extravars = FULL_VERIFY if getattr(args, "verify", False) else None
     tracker = Tracker.for_hosts([h.name for h in cluster.hosts])
     console.update(tracker, set(tracker.hosts))
 
@@ -89,7 +94,7 @@ def _converge(args: argparse.Namespace, playbook: str, what: str) -> int:
         console.update(tracker, tracker.handle(event))
 
     result = run_playbook(root, playbook, limit=args.limit, tags=getattr(args, "tags", None), check=check,
-                          diff=getattr(args, "diff", False), on_event=on_event)
+                          diff=getattr(args, "diff", False), extravars=extravars, on_event=on_event)
     console.summary(tracker, str(result.log))
     if args.json:
         dump_json(out, {"cluster": cluster.cluster, "inventory": str(root), "rc": result.rc,
@@ -159,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tags", help="only these roles (comma-separated role names)")
     p.add_argument("--check", action="store_true", help="show what would change, change nothing")
     p.add_argument("--diff", action="store_true", help="show file differences")
+    p.add_argument("--verify", action="store_true",
+                   help="run horovodrun --check-build and the allreduces even when nothing changed since they "
+                   "last passed")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.set_defaults(func=cmd_up)
 

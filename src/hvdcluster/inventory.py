@@ -113,6 +113,7 @@ def group_vars(spec: ClusterSpec, plan: Plan | None = None) -> dict[str, dict[st
 
 # Resolved stack field -> the role variable that consumes it.
 STACK_VARS: dict[tuple[str, ...], str] = {
+    ("gpu",): "hvd_gpu",
     ("driver",): "hvd_nvidia_driver_version",
     ("cuda",): "hvd_cuda_version",
     ("cudnn",): "hvd_cudnn_version",
@@ -156,6 +157,7 @@ def stack_vars(stack: dict[str, Any], patches: tuple[str, ...] = ()) -> dict[str
 
 
 VAR_DOCS.update({var: f"= hvd_stack.{'.'.join(path)}" for path, var in STACK_VARS.items()})
+VAR_DOCS["hvd_gpu"] = "= hvd_stack.gpu: false turns the GPU roles (driver, CUDA, cuDNN, NCCL) off."
 VAR_DOCS["hvd_horovod_patches"] = "Horovod patches the resolver chose for this stack."
 VAR_DOCS["hvd_cuda_host_compiler_packages"] = "= g++-<hvd_stack.gcc>: the host compiler nvcc gets."
 VAR_DOCS["hvd_cuda_host_cxx"] = "= /usr/bin/g++-<hvd_stack.gcc> (CUDAHOSTCXX for CUDA builds)."

@@ -45,6 +45,7 @@ def run_playbook(
     tags: str | None = None,
     check: bool = False,
     diff: bool = False,
+    extravars: dict[str, Any] | None = None,
     on_event: Callable[[Event], None] | None = None,
 ) -> RunResult:
     """Run ``playbooks/<playbook>`` against ``inventory_dir``; logs go to ``inventory_dir/runs``."""
@@ -73,8 +74,10 @@ def run_playbook(
         private_data_dir=str(private),
         ident=ident,
         playbook=str(paths.playbook(playbook)),
-        inventory=str(inventory_dir.resolve()),
+        # The inventory file itself (group_vars/ next to it still load): runs/ and ssh/ are no inventory.
+        inventory=str((inventory_dir / "hosts.yml").resolve()),
         cmdline=shlex.join(args) if args else None,
+        extravars=extravars or None,
         envvars=_ansible_env(),
         event_handler=handler,
         quiet=True,

@@ -57,3 +57,15 @@ def lab3(node_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
 @pytest.fixture(scope="module")
 def hvd(installed: Path, lab3: Lab) -> Cli:
     return Cli(installed, lab3.workdir)
+
+
+def task_outcomes(log: str | Path) -> dict[str, set[str]]:
+    """Per task name, how it ended on the hosts ({'ok', 'skipped', 'failed', ...}), read from the run's
+    ansible-runner events (the folder that holds the `log` an `up --json` names)."""
+    out: dict[str, set[str]] = {}
+    for path in (Path(log).parent / "job_events").glob("*.json"):
+        event = json.loads(path.read_text())
+        kind = event.get("event", "")
+        if kind.startswith("runner_on_") and kind != "runner_on_start":
+            out.setdefault(event["event_data"]["task"], set()).add(kind.removeprefix("runner_on_"))
+    return out

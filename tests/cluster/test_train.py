@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import Cli
+from tests.cluster.conftest import Cli, task_outcomes
 from tests.lab import Lab
 
 pytestmark = pytest.mark.containers
@@ -63,7 +63,39 @@ def test_run_print_shows_the_horovodrun_command_without_running_it(converged) ->
     assert "train rank=" not in proc.stdout
 
 
+ALLREDUCE = "Allreduce over every slot of every node"
+CHECK_BUILD = "Ask horovodrun what it was built with"
+
+
 def test_second_up_builds_nothing_and_changes_nothing(converged) -> None:
     rc, doc, err = converged.up_json()
     assert rc == 0, err[-4000:]
     assert all(h["changed"] == 0 for h in doc["hosts"].values())
+    # nothing the allreduce and the build gate proved has changed: the slow proofs are not repeated,
+    # the cheap ones (SSH mesh, mpirun on every node) are
+    tasks = task_outcomes(doc["log"])
+    assert tasks[ALLREDUCE] == {"skipped"} and tasks[CHECK_BUILD] == {"skipped"}, tasks
+    assert tasks["Start one process per node with mpirun and collect the hostnames"] == {"ok"}
+
+
+def test_up_verify_runs_the_build_gate_and_the_allreduces_anyway(converged) -> None:
+    rc, doc, err = converged.up_json("--verify")
+    assert rc == 0, err[-4000:]
+    assert all(h["changed"] == 0 for h in doc["hosts"].values())
+    tasks = task_outcomes(doc["log"])
+    assert tasks[ALLREDUCE] == {"ok"} and tasks[CHECK_BUILD] == {"ok"}, tasks
+    assert tasks["Check every rank's sum"] == {"ok"}
+
+
+def test_up_repairs_a_node_whose_horovod_was_removed(converged, lab2: Lab) -> None:
+    gone = lab2.exec(2, "/opt/hvd/env/bin/pip", "uninstall", "-y", "-q", "horovod")
+    assert gone.returncode == 0, gone.stderr
+    assert lab2.exec(2, "test", "-e", "/opt/hvd/env/bin/horovodrun").returncode != 0
+    rc, doc, err = converged.up_json()
+    assert rc == 0, err[-4000:]
+    assert doc["hosts"]["node1"]["changed"] == 0 and doc["hosts"]["node2"]["changed"] > 0, doc["hosts"]
+    tasks = task_outcomes(doc["log"])
+    assert tasks[CHECK_BUILD] == {"ok", "skipped"}, tasks  # the gate again on the repaired node only
+    assert tasks[ALLREDUCE] == {"ok"}, tasks  # and the cluster proven again
+    check = lab2.exec(2, "/opt/hvd/env/bin/horovodrun", "--check-build")
+    assert check.returncode == 0 and "[X] PyTorch" in check.stdout, check.stdout + check.stderr

@@ -118,3 +118,10 @@ def test_resolved_stack_becomes_role_variables(cluster: spec.ClusterSpec) -> Non
     assert stack["hvd_horovod_patches"] == ["cxx17"]
     assert stack["hvd_horovod_controllers"] == ["mpi", "gloo"]
     assert "hvd_nvidia_driver_version" not in stack  # a CPU stack: nothing GPU, no nulls for roles
+
+
+def test_a_cpu_stack_turns_the_gpu_roles_off_and_a_gpu_stack_on() -> None:
+    cpu = compat.resolve({"horovod": {"frameworks": ["pytorch"]}}).stack
+    gpu = compat.resolve({"cuda": "12.4", "horovod": {"frameworks": ["pytorch"]}}).stack
+    assert inventory.stack_vars(cpu)["hvd_gpu"] is False
+    assert inventory.stack_vars(gpu)["hvd_gpu"] is True
