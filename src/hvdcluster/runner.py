@@ -37,6 +37,9 @@ def _ansible_env() -> dict[str, str]:
     }
 
 
+STALE_ENV_FILES = ("cmdline", "extravars", "envvars", "passwords", "settings", "ssh_key")
+
+
 def run_playbook(
     inventory_dir: Path,
     playbook: str,
@@ -63,6 +66,10 @@ def run_playbook(
 
     private = (inventory_dir / "runs").resolve()
     private.mkdir(parents=True, exist_ok=True)
+    # ansible-runner reads env/cmdline, env/extravars ... of an earlier run when a run passes none: an old
+    # --limit or --verify would stick. Nothing is written there (suppress_env_files) and leftovers go.
+    for stale in STALE_ENV_FILES:
+        (private / "env" / stale).unlink(missing_ok=True)
     ident = time.strftime("%Y%m%d-%H%M%S") + "-" + Path(playbook).stem
 
     def handler(event: Event) -> bool:
@@ -78,6 +85,7 @@ def run_playbook(
         inventory=str((inventory_dir / "hosts.yml").resolve()),
         cmdline=shlex.join(args) if args else None,
         extravars=extravars or None,
+        suppress_env_files=True,
         envvars=_ansible_env(),
         event_handler=handler,
         quiet=True,
