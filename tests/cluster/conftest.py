@@ -69,3 +69,14 @@ def task_outcomes(log: str | Path) -> dict[str, set[str]]:
         if kind.startswith("runner_on_") and kind != "runner_on_start":
             out.setdefault(event["event_data"]["task"], set()).add(kind.removeprefix("runner_on_"))
     return out
+
+
+def changed_tasks(log: str | Path, host: str) -> set[str]:
+    """The names of the tasks that reported a change on `host` in the run whose `log` an `up --json` names."""
+    out: set[str] = set()
+    for path in (Path(log).parent / "job_events").glob("*.json"):
+        event = json.loads(path.read_text())
+        data = event.get("event_data", {})
+        if event.get("event") == "runner_on_ok" and data.get("host") == host and data.get("res", {}).get("changed"):
+            out.add(data["task"])
+    return out
