@@ -59,12 +59,16 @@ def hvd(installed: Path, lab3: Lab) -> Cli:
     return Cli(installed, lab3.workdir)
 
 
+
+def run_events(log: str | Path) -> list[dict]:
+    """The ansible-runner events of the run whose `log` an `up --json` names (its artifacts folder)."""
+    return [json.loads(path.read_text()) for path in (Path(log).parent / "job_events").glob("*.json")]
+
+
 def task_outcomes(log: str | Path) -> dict[str, set[str]]:
-    """Per task name, how it ended on the hosts ({'ok', 'skipped', 'failed', ...}), read from the run's
-    ansible-runner events (the folder that holds the `log` an `up --json` names)."""
+    """Per task name, how it ended on the hosts ({'ok', 'skipped', 'failed', ...})."""
     out: dict[str, set[str]] = {}
-    for path in (Path(log).parent / "job_events").glob("*.json"):
-        event = json.loads(path.read_text())
+    for event in run_events(log):
         kind = event.get("event", "")
         if kind.startswith("runner_on_") and kind != "runner_on_start":
             out.setdefault(event["event_data"]["task"], set()).add(kind.removeprefix("runner_on_"))
@@ -72,10 +76,9 @@ def task_outcomes(log: str | Path) -> dict[str, set[str]]:
 
 
 def changed_tasks(log: str | Path, host: str) -> set[str]:
-    """The names of the tasks that reported a change on `host` in the run whose `log` an `up --json` names."""
+    """The names of the tasks that reported a change on `host`."""
     out: set[str] = set()
-    for path in (Path(log).parent / "job_events").glob("*.json"):
-        event = json.loads(path.read_text())
+    for event in run_events(log):
         data = event.get("event_data", {})
         if event.get("event") == "runner_on_ok" and data.get("host") == host and data.get("res", {}).get("changed"):
             out.add(data["task"])
