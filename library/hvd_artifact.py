@@ -1,0 +1,147 @@
+#!/usr/bin/python
+"""Ansible module: an artifact (a packed env, a wheel) checked by its sha256, and published atomically.
+
+``state: verified`` judges a file against its sha256 (given, or read from ``<path>.sha256`` beside it): a file
+that does not match is removed, with its ``.sha256``, and reported (``valid: false`` and the reason), so the
+caller builds or fetches it again. A missing file is simply not valid. A file whose ``.sha256`` is missing is
+not trusted either.
+
+``state: published`` takes a file written under a temporary name (``src``), checks it against ``sha256`` (the
+digest its builder computed), writes ``<path>.sha256`` and then renames ``src`` to ``path``: readers see the
+whole, verified file or nothing, never a half-written one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+
+DOCUMENTATION = r"""
+module: hvd_artifact
+short_description: Verify an artifact by sha256, or publish one atomically with its .sha256 beside it
+options:
+  path: {description: The artifact., type: path, required: true}
+  state: {description: verified or published., type: str, choices: [verified, published], default: verified}
+  sha256: {description: "Expected digest. verified: default the content of <path>.sha256.", type: str}
+  src: {description: "published: the temporary file to check and rename to I(path).", type: path}
+  remove_invalid: {description: "verified: remove a file that does not match.", type: bool, default: true}
+  fail_invalid: {description: "verified: fail (naming the file) instead of reporting valid=false.", type: bool,
+                 default: false}
+author: hvdcluster
+"""
+
+RETURN = r"""
+valid: {description: The file exists and matches., type: bool, returned: state=verified}
+sha256: {description: The file's digest (when it exists)., type: str, returned: when the file exists}
+reason: {description: Why the file is not valid., type: str, returned: when not valid}
+path: {description: The artifact's path., type: str, returned: state=verified}
+"""
+
+HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def sha256_of(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def recorded(path: str) -> str | None:
+    """The digest recorded in ``<path>.sha256`` (``sha256sum`` format: the digest first), or None."""
+    try:
+        with open(path + ".sha256", encoding="ascii") as handle:
+            word = (handle.read().split() or [""])[0].lower()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return word if HEX.fullmatch(word) else None
+
+
+def verify(path: str, expected: str | None) -> dict:
+    """{'valid': bool, 'sha256': str|None, 'reason': str|None} for ``path`` against ``expected``
+    (None: what ``<path>.sha256`` records)."""
+    if not os.path.isfile(path):
+        return {"valid": False, "sha256": None, "reason": f"{path} is missing"}
+    want = (expected or "").lower() or recorded(path)
+    found = sha256_of(path)
+    if want is None:
+        return {"valid": False, "sha256": found, "reason": f"{path} has no valid {os.path.basename(path)}.sha256 beside it"}
+    if found != want:
+        return {"valid": False, "sha256": found,
+                "reason": f"{path} is corrupt or truncated: sha256 {found}, expected {want}"}
+    return {"valid": True, "sha256": found, "reason": None}
+
+
+def write_atomically(path: str, text: str) -> None:
+    folder = os.path.dirname(path) or "."
+    handle, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".sha256")
+    try:
+        with os.fdopen(handle, "w", encoding="ascii") as out:
+            out.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def publish(src: str, path: str, sha256: str) -> None:
+    """Check ``src`` against ``sha256``, then ``<path>.sha256`` and ``path`` by rename. A bad ``src`` is removed."""
+    sha256 = sha256.lower()
+    if not HEX.fullmatch(sha256):
+        raise ValueError(f"sha256 {sha256!r} is not a sha256 digest")
+    found = sha256_of(src)
+    if found != sha256:
+        os.unlink(src)
+        raise ValueError(f"{src} arrived corrupt or truncated: sha256 {found}, the builder computed {sha256}")
+    write_atomically(path + ".sha256", f"{sha256}  {os.path.basename(path)}\n")
+    os.replace(src, path)
+
+
+def remove(path: str) -> None:
+    for victim in (path, path + ".sha256"):
+        if os.path.lexists(victim):
+            os.unlink(victim)
+
+
+def main() -> None:
+    from ansible.module_utils.basic import AnsibleModule
+
+    module = AnsibleModule(
+        argument_spec={
+            "path": {"type": "path", "required": True},
+            "state": {"type": "str", "choices": ["verified", "published"], "default": "verified"},
+            "sha256": {"type": "str"},
+            "src": {"type": "path"},
+            "remove_invalid": {"type": "bool", "default": True},
+            "fail_invalid": {"type": "bool", "default": False},
+        },
+        required_if=[("state", "published", ("src", "sha256"))],
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        if p["state"] == "published":
+            if module.check_mode:
+                module.exit_json(changed=True)
+            publish(p["src"], p["path"], p["sha256"])
+            module.exit_json(changed=True, sha256=p["sha256"].lower())
+        result = verify(p["path"], p["sha256"])
+    except (ValueError, OSError) as exc:
+        module.fail_json(msg=str(exc))
+    changed = False
+    if not result["valid"] and result["sha256"] is not None and p["remove_invalid"]:
+        changed = True
+        if not module.check_mode:
+            remove(p["path"])
+    if not result["valid"] and p["fail_invalid"]:
+        module.fail_json(msg=result["reason"], changed=changed, **{k: v for k, v in result.items() if k != "reason"})
+    module.exit_json(changed=changed, path=p["path"], **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+#!/usr/bin/python
+"""Ansible module: a folder tree hvdcluster owns (the Python env), replaced atomically and deleted only if ours.
+
+``state: unpacked`` installs an archive at ``path`` so that an interruption at any moment leaves either the old
+tree or the new one, never half of one that claims to be complete: the archive's sha256 is checked, it is
+unpacked into a fresh sibling folder, checked (``check_argv``), given the ownership marker and then, last, the
+completion ``marker``; only then is it renamed into place, the old tree kept until that rename and removed
+after it. A tree whose ``marker`` already holds ``marker_content`` is left alone.
+
+``state: absent`` removes ``path`` only when it carries one of our markers; ``state: owned`` makes an empty
+``path`` with the ownership marker (a build in place starts from it). A ``path`` that exists without our markers
+is refused, never deleted: ``/usr`` or a user's folder typed as a prefix must not be wiped.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import stat
+import subprocess
+
+DOCUMENTATION = r"""
+module: hvd_tree
+short_description: Install an archive as a folder tree atomically, or remove/create a tree only if it is ours
+options:
+  path: {description: The tree (absolute)., type: path, required: true}
+  state: {description: unpacked, owned or absent., type: str, choices: [unpacked, owned, absent], default: unpacked}
+  src: {description: "unpacked: the archive on the node (.tar, .tar.gz, .tar.zst).", type: path}
+  sha256: {description: "unpacked: the archive's expected sha256.", type: str}
+  marker: {description: Completion marker file inside the tree, written last., type: str, default: .hvd-complete}
+  marker_content: {description: "unpacked: the marker's content (the artifact key).", type: str, default: ""}
+  owner_marker: {description: Marks a tree as made by hvdcluster., type: str, default: .hvdcluster}
+  check_argv:
+    description: "unpacked: a command that must succeed on the unpacked tree before it goes live; '{root}' in an
+      argument is replaced by the new tree's path."
+    type: list
+    elements: str
+    default: []
+author: hvdcluster
+"""
+
+RETURN = r"""
+previous: {description: "unpacked: the marker content the replaced tree had ('' when none).", type: str}
+"""
+
+
+def _sha256(path: str) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_marker(path: str, marker: str) -> str:
+    try:
+        with open(os.path.join(path, marker), encoding="utf-8") as handle:
+            return handle.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def is_ours(path: str, marker: str, owner_marker: str) -> bool:
+    return any(os.path.isfile(os.path.join(path, name)) for name in (owner_marker, marker))
+
+
+def refuse_foreign(path: str, marker: str, owner_marker: str) -> None:
+    """Raise unless ``path`` is missing or a real folder carrying one of our markers."""
+    if not os.path.lexists(path):
+        return
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise ValueError(f"{path} exists and is not a folder (a symlink or a file): refusing to replace it")
+    if not is_ours(path, marker, owner_marker) and os.listdir(path):
+        raise ValueError(f"{path} exists and was not made by hvdcluster (no {owner_marker} inside): refusing to "
+                         "delete or replace it; choose another prefix or remove it yourself")
+
+
+def _siblings(path: str, kind: str) -> list[str]:
+    parent, base = os.path.split(path)
+    lead = f".{base}.hvd-{kind}-"
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return []
+    return [os.path.join(parent, name) for name in names if name.startswith(lead)]
+
+
+def clean_leftovers(path: str) -> None:
+    """Remove what an interrupted run left beside ``path`` (our new/old siblings, root-owned only)."""
+    for leftover in _siblings(path, "new") + _siblings(path, "old"):
+        info = os.lstat(leftover)
+        if stat.S_ISDIR(info.st_mode) and not stat.S_ISLNK(info.st_mode) and info.st_uid == os.geteuid():
+            shutil.rmtree(leftover)
+
+
+def write_file(path: str, content: str) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(content)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.chmod(path, 0o644)
+
+
+def unpack(src: str, sha256: str, path: str, marker: str, marker_content: str, owner_marker: str,
+           check_argv: list[str]) -> str:
+    """Install ``src`` at ``path`` atomically; returns the marker content of the tree it replaced."""
+    found = _sha256(src)
+    if found != sha256.lower():
+        os.unlink(src)
+        raise ValueError(f"{src} is corrupt or truncated: sha256 {found}, expected {sha256.lower()} (removed)")
+    refuse_foreign(path, marker, owner_marker)
+    parent, base = os.path.split(path)
+    os.makedirs(parent, mode=0o755, exist_ok=True)
+    clean_leftovers(path)
+    new = os.path.join(parent, f".{base}.hvd-new-{secrets.token_hex(6)}")
+    os.mkdir(new, 0o755)
+    try:
+        flags = ["--zstd"] if src.endswith(".zst") else []
+        proc = subprocess.run(["tar", "-C", new, *flags, "-xf", src], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ValueError(f"unpacking {src} failed: {proc.stderr.strip()[-500:]}")
+        os.chmod(new, 0o755)
+        if check_argv:
+            argv = [arg.replace("{root}", new) for arg in check_argv]
+            proc = subprocess.run(argv, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise ValueError(f"the unpacked tree fails its check ({' '.join(argv)}): "
+                                 f"{(proc.stderr or proc.stdout).strip()[-500:]}")
+        write_file(os.path.join(new, owner_marker), "made by hvdcluster; removed and replaced by it\n")
+        write_file(os.path.join(new, marker), marker_content + "\n")  # last: the tree is complete
+        previous = read_marker(path, marker)
+        if os.path.lexists(path):
+            old = os.path.join(parent, f".{base}.hvd-old-{secrets.token_hex(6)}")
+            os.rename(path, old)
+            os.rename(new, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(new, path)
+        return previous
+    finally:
+        if os.path.lexists(new):
+            shutil.rmtree(new, ignore_errors=True)
+
+
+def main() -> None:
+    from ansible.module_utils.basic import AnsibleModule
+
+    module = AnsibleModule(
+        argument_spec={
+            "path": {"type": "path", "required": True},
+            "state": {"type": "str", "choices": ["unpacked", "owned", "absent"], "default": "unpacked"},
+            "src": {"type": "path"},
+            "sha256": {"type": "str"},
+            "marker": {"type": "str", "default": ".hvd-complete"},
+            "marker_content": {"type": "str", "default": ""},
+            "owner_marker": {"type": "str", "default": ".hvdcluster"},
+            "check_argv": {"type": "list", "elements": "str", "default": []},
+        },
+        required_if=[("state", "unpacked", ("src", "sha256", "marker_content"))],
+        supports_check_mode=True,
+    )
+    p = module.params
+    path, marker, owner = p["path"], p["marker"], p["owner_marker"]
+    if not os.path.isabs(path) or os.path.normpath(path) in ("/", ""):
+        module.fail_json(msg=f"path {path!r} must be an absolute path below /")
+    try:
+        if p["state"] == "absent":
+            if not os.path.lexists(path):
+                module.exit_json(changed=False)
+            refuse_foreign(path, marker, owner)
+            if not module.check_mode:
+                shutil.rmtree(path)
+            module.exit_json(changed=True)
+        if p["state"] == "owned":
+            refuse_foreign(path, marker, owner)
+            if os.path.isfile(os.path.join(path, owner)):
+                module.exit_json(changed=False)
+            if not module.check_mode:
+                os.makedirs(path, mode=0o755, exist_ok=True)
+                write_file(os.path.join(path, owner), "made by hvdcluster; removed and replaced by it\n")
+            module.exit_json(changed=True)
+        if read_marker(path, marker) == p["marker_content"]:
+            module.exit_json(changed=False, previous=p["marker_content"])
+        if module.check_mode:
+            module.exit_json(changed=True, previous=read_marker(path, marker))
+        previous = unpack(p["src"], p["sha256"], path, marker, p["marker_content"], owner, p["check_argv"])
+    except (ValueError, OSError) as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(changed=True, previous=previous)
+
+
+if __name__ == "__main__":
+    main()
