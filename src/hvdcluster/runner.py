@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import secrets
 import shlex
 import sys
 import time
@@ -12,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from . import paths
+from .errors import HvdError
 
 Event = dict[str, Any]
 
@@ -29,12 +33,64 @@ def _ansible_env() -> dict[str, str]:
     return {
         "ANSIBLE_CONFIG": str(home / "ansible.cfg"),
         "ANSIBLE_ROLES_PATH": str(home / "roles"),
+        "ANSIBLE_LIBRARY": str(home / "library"),
         # ansible-runner turns host key checking off unless told otherwise. We never do.
         "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_NOCOLOR": "1",
         # A PATH on which ansible finds the interpreter and tools of this installation.
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
     }
+
+
+# Operator settings that would weaken host key checking: ANSIBLE_HOST_KEY_CHECKING and the paramiko switch are
+# overridden below; ssh arguments are judged (ssh keeps the first value of an option, and these come first).
+_SSH_ARG_VARS = ("ANSIBLE_SSH_ARGS", "ANSIBLE_SSH_COMMON_ARGS", "ANSIBLE_SSH_EXTRA_ARGS", "ANSIBLE_SCP_EXTRA_ARGS",
+                 "ANSIBLE_SFTP_EXTRA_ARGS")
+_WEAK_SSH = re.compile(r"StrictHostKeyChecking\s*=?\s*(no|off|false)|UserKnownHostsFile\s*=?\s*/dev/null|"
+                       r"GlobalKnownHostsFile\s*=?\s*/dev/null|CheckHostIP\s*=?\s*no.*StrictHost", re.I)
+
+
+def check_environment(environ: dict[str, str] | None = None) -> None:
+    """Refuse (exit 2) an operator environment that would turn host key checking off for this run."""
+    environ = os.environ if environ is None else environ
+    for name in _SSH_ARG_VARS:
+        value = environ.get(name, "")
+        if _WEAK_SSH.search(value):
+            raise HvdError(f"{name}={value!r} turns host key checking off; hvdcluster pins host keys and never runs "
+                           f"with it off: unset {name} (or remove that option)")
+
+
+def run_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """What a run sets over the operator's environment (which ansible-runner passes on): hvdcluster's own
+    configuration, and host key checking on for both connection plugins, whatever ANSIBLE_* says."""
+    check_environment(environ)
+    return {**_ansible_env(), "ANSIBLE_PARAMIKO_HOST_KEY_AUTO_ADD": "False"}
+
+
+_SECRET_NAME = re.compile(r"PASS|TOKEN|SECRET|CRED|AUTH|_KEY$|^AWS_|PROXY", re.I)
+_URL_CREDENTIALS = re.compile(r"://[^/@\s]+@")
+
+
+def scrub_artifacts(artifacts: Path) -> None:
+    """Redact secrets from the environment ansible-runner records with a run (artifacts/<id>/command): values of
+    variables named like secrets or proxies, and any value carrying credentials in a URL."""
+    record = artifacts / "command"
+    try:
+        data = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return
+    env = data.get("env")
+    if not isinstance(env, dict):
+        return
+    for name, value in env.items():
+        if isinstance(value, str) and (_SECRET_NAME.search(name) or _URL_CREDENTIALS.search(value)):
+            env[name] = "<redacted>"
+    record.write_text(json.dumps(data))
+
+
+def run_id(playbook: str) -> str:
+    """A run's id: time, then random hex (two runs started in the same second never share one)."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}-{Path(playbook).stem}"
 
 
 STALE_ENV_FILES = ("cmdline", "extravars", "envvars", "passwords", "settings", "ssh_key")
@@ -70,7 +126,8 @@ def run_playbook(
     # --limit or --verify would stick. Nothing is written there (suppress_env_files) and leftovers go.
     for stale in STALE_ENV_FILES:
         (private / "env" / stale).unlink(missing_ok=True)
-    ident = time.strftime("%Y%m%d-%H%M%S") + "-" + Path(playbook).stem
+    ident = run_id(playbook)
+    envvars = run_environment()
 
     def handler(event: Event) -> bool:
         if on_event is not None:
@@ -86,10 +143,11 @@ def run_playbook(
         cmdline=shlex.join(args) if args else None,
         extravars=extravars or None,
         suppress_env_files=True,
-        envvars=_ansible_env(),
+        envvars=envvars,
         event_handler=handler,
         quiet=True,
         rotate_artifacts=20,
     )
     artifacts = Path(result.config.artifact_dir)
+    scrub_artifacts(artifacts)
     return RunResult(rc=result.rc, status=result.status, log=artifacts / "stdout", artifacts=artifacts)

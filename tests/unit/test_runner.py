@@ -45,3 +45,38 @@ def test_files_in_the_inventory_folder_that_are_no_inventory_are_not_parsed(tmp_
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "OPENSSH" not in proc.stderr and "inventory source" not in proc.stderr, proc.stderr
+
+
+def test_an_operator_environment_that_turns_host_key_checking_off_is_refused() -> None:
+    import pytest
+
+    from hvdcluster.errors import HvdError
+    from hvdcluster.runner import check_environment, run_environment
+
+    for name in ("ANSIBLE_SSH_ARGS", "ANSIBLE_SSH_EXTRA_ARGS"):
+        for value in ("-o StrictHostKeyChecking=no", "-o UserKnownHostsFile=/dev/null", "-oStrictHostKeyChecking no"):
+            with pytest.raises(HvdError, match=name) as caught:
+                check_environment({name: value})
+            assert caught.value.exit_code == 2
+    check_environment({"ANSIBLE_SSH_ARGS": "-C -o ControlMaster=auto -o ControlPersist=60s"})
+    env = run_environment({"ANSIBLE_HOST_KEY_CHECKING": "False", "ANSIBLE_PARAMIKO_HOST_KEY_AUTO_ADD": "True"})
+    assert env["ANSIBLE_HOST_KEY_CHECKING"] == "True" and env["ANSIBLE_PARAMIKO_HOST_KEY_AUTO_ADD"] == "False"
+
+
+def test_run_ids_are_unique_and_secrets_in_the_recorded_environment_are_redacted(tmp_path: Path, monkeypatch) -> None:
+    from hvdcluster.runner import run_id
+
+    assert len({run_id("site.yml") for _ in range(200)}) == 200
+    inv = tmp_path / "lab"
+    inv.mkdir()
+    (inv / "hosts.yml").write_text("all:\n  children:\n    hvd_nodes:\n      hosts: {}\n")
+    monkeypatch.setenv("HTTPS_PROXY", "http://alice:s3cret@proxy.example:3128")
+    monkeypatch.setenv("PIP_INDEX_URL", "https://bob:t0ken@mirror.example/simple")
+    monkeypatch.setenv("HVD_HARMLESS", "plain")
+    monkeypatch.setenv("ANSIBLE_HOST_KEY_CHECKING", "False")
+    result = run_playbook(inv, "verify.yml")
+    assert result.rc == 0, result.log.read_text()
+    recorded = (result.artifacts / "command").read_text()
+    assert "s3cret" not in recorded and "t0ken" not in recorded
+    env = json.loads(recorded)["env"]
+    assert env["HVD_HARMLESS"] == "plain" and env["ANSIBLE_HOST_KEY_CHECKING"] == "True"
