@@ -13,10 +13,11 @@ whole, verified file or nothing, never a half-written one.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import tempfile
+
+from ansible.module_utils.hvd_files import sha256_of
 
 DOCUMENTATION = r"""
 module: hvd_artifact
@@ -40,14 +41,6 @@ path: {description: The artifact's path., type: str, returned: state=verified}
 """
 
 HEX = re.compile(r"[0-9a-f]{64}")
-
-
-def sha256_of(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def recorded(path: str) -> str | None:

@@ -20,6 +20,8 @@ import shutil
 import stat
 import subprocess
 
+from ansible.module_utils.hvd_files import sha256_of
+
 DOCUMENTATION = r"""
 module: hvd_tree
 short_description: Install an archive as a folder tree atomically, or remove/create a tree only if it is ours
@@ -43,16 +45,6 @@ author: hvdcluster
 RETURN = r"""
 previous: {description: "unpacked: the marker content the replaced tree had ('' when none).", type: str}
 """
-
-
-def _sha256(path: str) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_marker(path: str, marker: str) -> str:
@@ -108,7 +100,7 @@ def write_file(path: str, content: str) -> None:
 def unpack(src: str, sha256: str, path: str, marker: str, marker_content: str, owner_marker: str,
            check_argv: list[str]) -> str:
     """Install ``src`` at ``path`` atomically; returns the marker content of the tree it replaced."""
-    found = _sha256(src)
+    found = sha256_of(src)
     if found != sha256.lower():
         os.unlink(src)
         raise ValueError(f"{src} is corrupt or truncated: sha256 {found}, expected {sha256.lower()} (removed)")

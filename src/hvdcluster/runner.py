@@ -34,6 +34,7 @@ def _ansible_env() -> dict[str, str]:
         "ANSIBLE_CONFIG": str(home / "ansible.cfg"),
         "ANSIBLE_ROLES_PATH": str(home / "roles"),
         "ANSIBLE_LIBRARY": str(home / "library"),
+        "ANSIBLE_MODULE_UTILS": str(home / "module_utils"),
         # ansible-runner turns host key checking off unless told otherwise. We never do.
         "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_NOCOLOR": "1",

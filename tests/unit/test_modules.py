@@ -16,6 +16,9 @@ import pytest
 
 from tests.conftest import ROOT
 
+import ansible.module_utils  # noqa: E402  the modules import their helpers as Ansible ships them
+
+ansible.module_utils.__path__.append(str(ROOT / "module_utils"))
 sys.path.insert(0, str(ROOT / "library"))
 import hvd_artifact  # noqa: E402
 import hvd_tree  # noqa: E402
@@ -116,8 +119,10 @@ def test_a_damaged_cache_entry_is_found_and_named(tmp_path: Path, damage: str) -
 def run_module(name: str, args: dict, check: bool = False) -> dict:
     """Run a module the way Ansible does: its file with the arguments as JSON on stdin."""
     payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check}}
-    proc = subprocess.run([sys.executable, str(ROOT / "library" / f"{name}.py")], input=json.dumps(payload),
-                          capture_output=True, text=True)
+    boot = ("import sys, runpy, ansible.module_utils as u; u.__path__.append(sys.argv[1]); "
+            "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", boot, str(ROOT / "module_utils"), str(ROOT / "library" / f"{name}.py")],
+                          input=json.dumps(payload), capture_output=True, text=True)
     return json.loads(proc.stdout)
 
 
