@@ -79,3 +79,20 @@ def test_host_key_checking_is_never_turned_off() -> None:
     for path in [*ROOT.glob("roles/**/*.yml"), *ROOT.glob("playbooks/*.yml"), ROOT / "ansible.cfg",
                  *ROOT.glob("src/hvdcluster/**/*.py"), *ROOT.glob("molecule/**/*.yml")]:
         assert not pattern.search(path.read_text()), path
+
+
+def test_the_horovod_role_default_sdist_sha256_is_the_one_the_matrix_pins() -> None:
+    """Hand-written inventories get the role default; `hvdcluster up` writes the matrix's: they must agree."""
+    from hvdcluster import compat
+
+    defaults = yaml.safe_load((ROOT / "roles" / "hvd_horovod" / "defaults" / "main.yml").read_text())
+    version = defaults["hvd_horovod_version"]
+    assert compat.sdist_sha256(version) and compat.sdist_sha256(version) in defaults["hvd_horovod_sdist_sha256"]
+
+
+def test_no_role_stages_work_under_a_world_writable_folder() -> None:
+    """Work goes to the private /var/lib/hvdcluster (hvd_workdir), never a predictable name in /tmp or /var/tmp."""
+    pattern = re.compile(r"(?<![\w/])(/var/tmp|/tmp|/dev/shm)/")
+    for path in [*ROOT.glob("roles/**/*.yml"), *ROOT.glob("roles/**/*.py"), *ROOT.glob("library/*.py")]:
+        text = path.read_text()
+        assert not pattern.search(text), f"{path}: {pattern.search(text).group(0)}"

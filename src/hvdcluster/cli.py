@@ -1,9 +1,17 @@
-"""The ``hvdcluster`` command: parse, call, render, exit code. Nothing else lives here."""
+"""The ``hvdcluster`` command: parse, call, render, exit code. Nothing else lives here.
+
+Every argument is checked before anything runs or is written: a bad ``-o``, ``--limit``, ``--tags`` or
+``-np`` is one line naming the argument and exit code 2, like a mistake in hosts.yaml.
+"""
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import fnmatch
+import os
 import shlex
+import stat
 import subprocess
 import sys
 from importlib import resources
@@ -11,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from . import __version__, compat, inventory, spec
+from . import __version__, compat, inventory, lock, paths, spec
 from .errors import HvdError
 from .progress import Console, Tracker, dump_json
 
@@ -20,9 +28,21 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 def cmd_init(args: argparse.Namespace) -> int:
     target = Path(args.path)
-    if target.exists() and not args.force:
-        raise HvdError(f"{target}: exists; pass --force to overwrite it")
-    target.write_text(resources.files("hvdcluster.data").joinpath("hosts.example.yaml").read_text())
+    if target.is_dir():
+        raise HvdError(f"init: {target} is a folder; name the file to write, e.g. {target / 'hosts.yaml'}")
+    folder = target.parent
+    if not folder.is_dir():
+        problem = "is not a folder" if folder.exists() else "does not exist"
+        raise HvdError(f"init: {target}: folder {folder} {problem}; create it first or name another path")
+    if target.exists() or target.is_symlink():
+        if not args.force:
+            raise HvdError(f"{target}: exists; pass --force to overwrite it")
+        if not stat.S_ISREG(target.lstat().st_mode):
+            raise HvdError(f"init: {target} is not a regular file; name a file to write")
+    try:
+        target.write_text(resources.files("hvdcluster.data").joinpath("hosts.example.yaml").read_text())
+    except OSError as exc:
+        raise HvdError(f"init: cannot write {target}: {exc.strerror or exc}") from None
     print(f"wrote {target}: edit the hosts, then run `hvdcluster up {target}`")
     return EXIT_OK
 
@@ -30,17 +50,97 @@ def cmd_init(args: argparse.Namespace) -> int:
 def load_and_resolve(path: str) -> tuple[spec.ClusterSpec, compat.Plan]:
     """hosts.yaml, validated, and its stack resolved: bad input or an impossible stack stop here (exit 2)."""
     cluster = spec.load(path)
-    return cluster, compat.resolve(cluster.stack)
+    return cluster, compat.resolve(cluster.stack, lines=cluster.stack_lines, path=cluster.path)
+
+
+# --------------------------------------------------------------------------------------------- arguments
+
+
+def check_output(value: str) -> Path:
+    """``-o/--output``: a folder that exists and is writable, or one that can be created in one that is."""
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise HvdError(f"-o/--output: {path} is a file, not a folder; name the folder that holds the inventories")
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise HvdError(f"-o/--output: {path}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise HvdError(f"-o/--output: {path}: {existing} is not writable; name a folder you can write in")
+    return path
+
+
+def inventory_root(output: Path, cluster: spec.ClusterSpec) -> Path:
+    """``<output>/<cluster>``, refused when something other than a folder has that name."""
+    root = output / cluster.cluster
+    if (root.exists() or root.is_symlink()) and not root.is_dir():
+        raise HvdError(f"-o/--output: {root} is a file, not an inventory folder; move it or name another -o")
+    return root
+
+
+GROUPS = ("all", inventory.GROUP)
+
+
+def check_limit(value: str | None, cluster: spec.ClusterSpec) -> None:
+    """``--limit``: host names of hosts.yaml (comma- or colon-separated, each may start with ``!`` or ``&``),
+    ``all``, the cluster group, or a ``*``/``?`` glob that matches one of them."""
+    if value is None:
+        return
+    names = [host.name for host in cluster.hosts]
+    known = names + list(GROUPS)
+    for item in (part.strip() for chunk in value.split(",") for part in chunk.split(":")):
+        pattern = item.lstrip("!&")
+        if not pattern:
+            raise HvdError(f"--limit: an empty host name in {value!r} (separate names with ',')")
+        if pattern in known:
+            continue
+        if any(char in pattern for char in "~@[]"):
+            raise HvdError(f"--limit: {item!r}: give host names, 'all', {inventory.GROUP} or a simple glob (* ?)")
+        if "*" in pattern or "?" in pattern:
+            if fnmatch.filter(known, pattern):
+                continue
+            raise HvdError(f"--limit: {pattern!r} matches no host of {cluster.path} (hosts: {', '.join(names)})")
+        close = difflib.get_close_matches(pattern.lower(), names, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise HvdError(f"--limit: unknown host {pattern!r} ({hint}hosts of {cluster.path}: {', '.join(names)})")
+
+
+SPECIAL_TAGS = ("all", "always")
+
+
+def role_names() -> list[str]:
+    """The roles hvdcluster ships: each is a tag of its own in playbooks/site.yml."""
+    roles = paths.ansible_home() / "roles"
+    return sorted(entry.name for entry in roles.iterdir() if (entry / "tasks").is_dir())
+
+
+def check_tags(value: str | None) -> None:
+    """``--tags``: comma-separated role names (``hvd_base``, ...), ``all`` or ``always``."""
+    if value is None:
+        return
+    valid = role_names()
+    for tag in (part.strip() for part in value.split(",")):
+        if tag in valid or tag in SPECIAL_TAGS:
+            continue
+        if not tag:
+            raise HvdError(f"--tags: an empty tag in {value!r} (separate role names with ',')")
+        close = difflib.get_close_matches(tag, valid, n=1) or [name for name in valid if name == f"hvd_{tag}"]
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise HvdError(f"--tags: unknown tag {tag!r} ({hint}tags are the role names: {', '.join(valid)})")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    if args.probe:
+        check_output(args.output)  # --probe pins host keys in <output>/<cluster>/ssh/known_hosts
     cluster = spec.load(args.hosts)
     node, facts = compat.NodeInfo(), []
     if args.probe:
         from . import probe
 
-        node, facts = probe.probe(cluster, Path(args.output) / cluster.cluster / "ssh" / "known_hosts")
-    plan = compat.resolve(cluster.stack, node)
+        root = inventory_root(Path(args.output), cluster)
+        node, facts = probe.probe(cluster, root / "ssh" / "known_hosts")
+    plan = compat.resolve(cluster.stack, node, lines=cluster.stack_lines, path=cluster.path)
     if args.json:
         dump_json(sys.stdout, {"cluster": cluster.cluster, "stack": plan.stack, "patches": list(plan.patches),
                                "notes": list(plan.notes), "nodes": [vars(f) for f in facts]})
@@ -57,9 +157,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def render(cluster: spec.ClusterSpec, output: Path, plan: compat.Plan) -> Path:
+    try:
+        return inventory.render(cluster, output, plan)
+    except OSError as exc:
+        raise HvdError(f"cannot write the inventory in {output / cluster.cluster}: {exc.strerror or exc}") from None
+
+
 def cmd_inventory(args: argparse.Namespace) -> int:
+    output = check_output(args.output)
     cluster, plan = load_and_resolve(args.hosts)
-    root = inventory.render(cluster, args.output, plan)
+    with lock.hold(inventory_root(output, cluster), "inventory"):
+        root = render(cluster, output, plan)
     print(f"wrote {root} ({len(cluster.hosts)} hosts)")
     return EXIT_OK
 
@@ -68,33 +177,40 @@ def cmd_inventory(args: argparse.Namespace) -> int:
 FULL_VERIFY = {"hvd_verify_allreduce": "always", "hvd_horovod_gate_always": True}
 
 
-def _converge(args: argparse.Namespace, playbook: str, what: str) -> int:
+def _converge(args: argparse.Namespace, playbook: str, what: str, command: str) -> int:
     """Resolve, render the inventory, run one playbook with live progress, then the summary."""
-    from .runner import run_playbook
+    from .runner import check_environment, run_playbook
 
     out = sys.stdout
     console = Console(sys.stderr if args.json else out)
     if args.json:
         console.live = False
+    check_environment()  # an ANSIBLE_* setting that turns host key checking off: exit 2, nothing written
+    output = check_output(args.output)
+    tags = getattr(args, "tags", None)
+    check_tags(tags)
     console.step(1, 3, f"read {args.hosts} and resolve the stack")
     cluster, plan = load_and_resolve(args.hosts)
+    check_limit(args.limit, cluster)
     console.write(f"  cluster {cluster.cluster}: {len(cluster.hosts)} hosts")
-    console.step(2, 3, "write inventory")
-    root = inventory.render(cluster, args.output, plan)
-    console.write(f"  {root}")
-    check = getattr(args, "check", False)
-    mode = " (check mode: nothing is changed)" if check else ""
-    console.step(3, 3, f"{what} playbooks/{playbook}{mode}")
+    # One run at a time: the lock is taken before anything is written, so a second run changes nothing.
+    with lock.hold(inventory_root(output, cluster), command):
+        console.step(2, 3, "write inventory")
+        root = render(cluster, output, plan)
+        console.write(f"  {root}")
+        check = getattr(args, "check", False)
+        mode = " (check mode: nothing is changed)" if check else ""
+        console.step(3, 3, f"{what} playbooks/{playbook}{mode}")
 
-    extravars = FULL_VERIFY if getattr(args, "verify", False) else None
-    tracker = Tracker.for_hosts([h.name for h in cluster.hosts])
-    console.update(tracker, set(tracker.hosts))
+        extravars = FULL_VERIFY if getattr(args, "verify", False) else None
+        tracker = Tracker.for_hosts([h.name for h in cluster.hosts])
+        console.update(tracker, set(tracker.hosts))
 
-    def on_event(event: dict) -> None:
-        console.update(tracker, tracker.handle(event))
+        def on_event(event: dict) -> None:
+            console.update(tracker, tracker.handle(event))
 
-    result = run_playbook(root, playbook, limit=args.limit, tags=getattr(args, "tags", None), check=check,
-                          diff=getattr(args, "diff", False), extravars=extravars, on_event=on_event)
+        result = run_playbook(root, playbook, limit=args.limit, tags=tags, check=check,
+                              diff=getattr(args, "diff", False), extravars=extravars, on_event=on_event)
     console.summary(tracker, str(result.log))
     if args.json:
         dump_json(out, {"cluster": cluster.cluster, "inventory": str(root), "rc": result.rc,
@@ -107,27 +223,36 @@ def _converge(args: argparse.Namespace, playbook: str, what: str) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    return _converge(args, "site.yml", "converge")
+    return _converge(args, "site.yml", "converge", "up")
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
-    return _converge(args, "preflight.yml", "check every node, read-only:")
+    return _converge(args, "preflight.yml", "check every node, read-only:", "preflight")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """Validate everything first (no node is contacted for that), then look up what only a node knows."""
     from . import launch
 
+    if args.np is not None and args.np < 1:
+        raise HvdError(f"run: -np must be at least 1 (got {args.np})")
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
     cluster = spec.load(args.hosts)
     root = Path(args.output) / cluster.cluster
     if not (root / "hosts.yml").is_file():
         raise HvdError(f"{root}: no inventory yet; run `hvdcluster up {args.hosts}` first")
     inv = inventory.read(root)
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    nic = args.network_interface or launch.fabric_interface(inv, next(iter(inv.hosts)))
+    nic = args.network_interface or launch.recorded_interface(inv)
     plan = launch.build(inv, command, np=args.np, controller=args.controller, network_interface=nic)
     if args.print:
+        if nic is None:
+            print(f"hvdcluster: the fabric interface is read from {next(iter(inv.hosts))} when the job starts "
+                  "(pass --network-interface to name it)", file=sys.stderr)
         print(shlex.join(plan.argv()))
         return EXIT_OK
+    if nic is None:  # the one SSH look-up, once everything else is known to be right
+        nic = launch.fabric_interface(inv, next(iter(inv.hosts)))
+        plan = launch.build(inv, command, np=args.np, controller=args.controller, network_interface=nic)
     return subprocess.run(plan.argv()).returncode
 
 
@@ -160,8 +285,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("up", help="converge every node (playbooks/site.yml)")
     with_output(p)
-    p.add_argument("--limit", help="only these hosts (Ansible pattern)")
-    p.add_argument("--tags", help="only these roles (comma-separated role names)")
+    p.add_argument("--limit", help="only these hosts: names from hosts.yaml, comma-separated (globs * ? allowed)")
+    p.add_argument("--tags", help="only these roles (comma-separated role names, e.g. hvd_base,hvd_ssh_mesh)")
     p.add_argument("--check", action="store_true", help="show what would change, change nothing")
     p.add_argument("--diff", action="store_true", help="show file differences")
     p.add_argument("--verify", action="store_true",
@@ -174,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Probes every node and reports each finding (host, check, found, expected, "
                        "fix); changes nothing. Exit code 1 when a check failed.")
     with_output(p)
-    p.add_argument("--limit", help="only these hosts (Ansible pattern)")
+    p.add_argument("--limit", help="only these hosts: names from hosts.yaml, comma-separated (globs * ? allowed)")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.set_defaults(func=cmd_preflight)
 
@@ -187,7 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--gloo", dest="controller", action="store_const", const="gloo", help="use Gloo")
     mode.add_argument("--mpi", dest="controller", action="store_const", const="mpi", help="use MPI (mpirun)")
     p.add_argument("-np", "--np", type=int, help="number of processes (default: every slot)")
-    p.add_argument("--network-interface", help="fabric interface (default: the one hvd_base recorded)")
+    p.add_argument("--network-interface", help="fabric interface (default: hvd_fabric_interface from the inventory, "
+                   "else the one hvd_base recorded on the first node)")
     p.add_argument("--print", action="store_true", help="only print the command")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the program and its arguments")
     p.set_defaults(func=cmd_run)

@@ -5,6 +5,12 @@ with every conflict listed. Each rule in :data:`RULES` compares two *fields* (``
 ``horovod`` and ``gcc``, ...). Fields the user left out are filled newest-first by a small depth-first
 search that accepts a value only when no rule involving it fails; conflicts among the values the user
 wrote are never worked around, they are reported.
+
+A row of the matrix names one verified release (``version: "9.10.2"``) or states a range its source gives
+(``versions: "9.0-9.10"``): a release between verified rows is judged by the range that covers it, one no
+row or range covers is refused as unknown. Only conflicts that involve a value the user wrote (or a node
+reported) are listed, each naming the hosts.yaml line of that value when the caller passes the lines; a
+value the matrix does not know is reported once, as unknown, not again in every rule it takes part in.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 import copy
 import functools
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -25,7 +31,18 @@ from packaging.version import InvalidVersion, Version
 
 from .errors import HvdError
 
-__all__ = ["RULES", "Conflict", "NodeInfo", "Plan", "ResolveError", "Rule", "gpu_row", "load_matrix", "resolve"]
+__all__ = [
+    "RULES",
+    "Conflict",
+    "NodeInfo",
+    "Plan",
+    "ResolveError",
+    "Rule",
+    "gpu_row",
+    "load_matrix",
+    "resolve",
+    "sdist_sha256",
+]
 
 DEFAULT_PREFIX = "/opt/hvd/env"
 _SEARCH_BUDGET = 20_000
@@ -52,8 +69,9 @@ class Conflict:
 
     rule: str  # short rule id, e.g. "cuda-needs-driver"
     message: str  # one line naming both choices
-    choices: tuple[str, str]  # e.g. ("stack.cuda=12.4", "stack.driver=535")
+    choices: tuple[str, str]  # e.g. ("stack.cuda=12.4 (line 4)", "stack.driver=535 (default)")
     source: str  # URL of the matrix row
+    where: str = ""  # "hosts.yaml:4": the line of the first value the user wrote, when the lines are known
 
 
 class ResolveError(HvdError):
@@ -64,7 +82,10 @@ class ResolveError(HvdError):
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        return "\n".join(f"{c.rule}: {c.message} [{' vs '.join(c.choices)}] (see {c.source})" for c in self.conflicts)
+        return "\n".join(
+            f"{c.where + ': ' if c.where else ''}{c.rule}: {c.message} [{' vs '.join(c.choices)}] (see {c.source})"
+            for c in self.conflicts
+        )
 
 
 @dataclass(frozen=True)
@@ -115,6 +136,15 @@ def gpu_row(name: str) -> dict | None:
     return copy.deepcopy(row) if row else None
 
 
+def sdist_sha256(version: str | None, package: str = "horovod") -> str:
+    """The sha256 of ``package``'s source distribution of ``version`` from the matrix's ``artifacts``; "" when
+    the matrix pins none (the role then refuses to build rather than trust an unpinned download)."""
+    for row in _matrix().get("artifacts", {}).get(package, ()):
+        if version is not None and row["version"] == str(version):
+            return str(row["sha256"])
+    return ""
+
+
 # --------------------------------------------------------------------------------------------- versions
 
 
@@ -157,6 +187,20 @@ def _in_range(value: str, low: str, high: str) -> bool:
     return (_release(low) or ()) <= here <= (_release(high) or ())
 
 
+def _bounds(versions: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A row's ``versions``: ``"9.0-9.10"`` (inclusive) or one series ``"9.11"``, as release tuples."""
+    low, _, high = str(versions).partition("-")
+    return _release(low.strip()) or (), _release((high or low).strip()) or ()
+
+
+def _covers(versions: str, value: str) -> bool:
+    """Whether ``value`` lies in a row's range, each bound compared at its own precision: ``9.0-9.10`` covers
+    9.0.0 and 9.10.2, not 9.11.0; ``9.11`` covers every 9.11.x."""
+    want = _release(value)
+    low, high = _bounds(versions)
+    return want is not None and len(want) >= len(low) and want[: len(low)] >= low and want[: len(high)] <= high
+
+
 def _matches(spec: str | SpecifierSet, value: str) -> bool:
     try:
         return SpecifierSet(str(spec)).contains(Version(value), prereleases=True)
@@ -190,20 +234,34 @@ class _Catalog:
             "horovod": (matrix["horovod"], "version"),
         }
 
+    def points(self, kind: str) -> list[dict]:
+        """The rows of verified releases (those naming one version)."""
+        rows, key = self.rows[kind]
+        return [row for row in rows if key in row]
+
+    def ranges(self, kind: str) -> list[dict]:
+        """The rows stating a range of releases (``versions: "9.0-9.10"``)."""
+        rows, _key = self.rows[kind]
+        return [row for row in rows if "versions" in row]
+
     def find(self, kind: str, value: str | None) -> dict | None:
-        """The row naming ``value``: exactly, or as the same series (``2.3`` for ``2.3.1``); newest wins."""
+        """The row naming ``value``: exactly, or as the same series (``2.3`` for ``2.3.1``), newest wins; else
+        the range row that covers it; None when neither does."""
         want = _release(value)
         if want is None:
             return None
-        rows, key = self.rows[kind]
+        _rows, key = self.rows[kind]
         if kind in ("cuda", "driver"):  # keyed by x.y and by branch
             want = want[: 2 if kind == "cuda" else 1]
-        hits = [row for row in rows if _same_series(_release(row[key]) or (), want)]
-        return max(hits, key=lambda row: _release(row[key])) if hits else None
+        hits = [row for row in self.points(kind) if _same_series(_release(row[key]) or (), want)]
+        if hits:
+            return max(hits, key=lambda row: _release(row[key]))
+        return next((row for row in self.ranges(kind) if _covers(row["versions"], str(value))), None)
 
     def known(self, kind: str) -> list[str]:
-        rows, key = self.rows[kind]
-        return _newest_first(row[key] for row in rows)
+        """The verified releases, newest first (defaults are only ever taken from these)."""
+        _rows, key = self.rows[kind]
+        return _newest_first(row[key] for row in self.points(kind))
 
     def minor_compat(self, cuda: str) -> dict | None:
         return next((r for r in self.m["cuda_driver"]["minor_compat"] if r["major"] == _major(cuda)), None)
@@ -470,6 +528,13 @@ class _Draft:
     shown: dict[str, str] = field(default_factory=dict)  # display overrides ("torch==2.3.1")
     specs: dict[str, SpecifierSet] = field(default_factory=dict)  # ranges a default must honour
     notes: list[str] = field(default_factory=list)
+    lines: dict[str, int] = field(default_factory=dict)  # field -> hosts.yaml line of the value the user wrote
+    path: str = "hosts.yaml"  # shown with the lines
+
+    def where(self, *names: str) -> str:
+        """``hosts.yaml:LINE`` of the first of ``names`` the user wrote, or "" when no line is known."""
+        line = next((self.lines[n] for n in names if n in self.given and n in self.lines), None)
+        return f"{self.path}:{line}" if line else ""
 
     def label(self, name: str) -> str:
         value = self.values.get(name)
@@ -480,12 +545,18 @@ class _Draft:
         else:
             text = self.shown.get(name, str(value))
         default = "" if name in self.given or name in ("gpus", "gpu", "venv_base") else " (default)"
-        return f"{_PATHS[name]}={text}{default}"
+        line = f" (line {self.lines[name]})" if name in self.given and name in self.lines else ""
+        return f"{_PATHS[name]}={text}{default}{line}"
 
 
-def _usable(name: str, value: Any) -> bool:
-    """Non-version fields always; version fields only when they parse (the others are reported as unknown)."""
-    return name in _NOT_VERSIONS or _release(value) is not None
+def _usable(cat: _Catalog, name: str, value: Any) -> bool:
+    """Non-version fields always; version fields only when they parse and, for the kinds the matrix lists,
+    when it knows them (an unknown version is reported once, as unknown, not in every rule)."""
+    if name in _NOT_VERSIONS:
+        return True
+    if _release(value) is None:
+        return False
+    return name not in cat.rows or cat.find(name, value) is not None
 
 
 def _conflicts(cat: _Catalog, draft: _Draft, only: str | None = None) -> list[Conflict]:
@@ -495,11 +566,25 @@ def _conflicts(cat: _Catalog, draft: _Draft, only: str | None = None) -> list[Co
         if only is not None and only not in rule.fields:
             continue
         a, b = (draft.values.get(name) for name in rule.fields)
-        if a is None or b is None or not (_usable(rule.fields[0], a) and _usable(rule.fields[1], b)):
+        if a is None or b is None or not (_usable(cat, rule.fields[0], a) and _usable(cat, rule.fields[1], b)):
             continue
         for message, source in rule.check(cat, a, b):
-            found.append(Conflict(rule.id, message, tuple(draft.label(n) for n in rule.fields), source))
+            found.append(Conflict(rule.id, message, tuple(draft.label(n) for n in rule.fields), source,
+                                  draft.where(*rule.fields)))
     return found
+
+
+# Values that are not the user's choice but facts about the nodes: a conflict with one of them is listed.
+_OBSERVED = ("gpus", "venv_base")
+
+
+def _involving_the_user(draft: _Draft, conflicts: list[Conflict]) -> list[Conflict]:
+    """The conflicts that involve a value the user wrote or a node reported; all of them when none does
+    (an inconsistent stack is never accepted, but defaults are not blamed next to the user's own mistake)."""
+    rules = {rule.id: rule for rule in RULES}
+    mine = {name for name in draft.given if name != "gpu"} | {n for n in _OBSERVED if draft.values.get(n)}
+    picked = [c for c in conflicts if c.rule not in rules or mine & set(rules[c.rule].fields)]
+    return picked or conflicts
 
 
 # --------------------------------------------------------------------------------------------- inputs
@@ -538,7 +623,7 @@ def _is_gpu(stack: dict, node: NodeInfo, gpu: bool | None) -> bool:
     return bool(hints or ops in ("nccl", "mpi") or node.gpus)
 
 
-def _draft(stack: dict, node: NodeInfo, gpu: bool) -> _Draft:
+def _draft(stack: dict, node: NodeInfo, gpu: bool, lines: Mapping[str, int], path: str) -> _Draft:
     """The working state from what the user wrote and what the probe found."""
     python = stack.get("python") or {}
     horovod = stack.get("horovod") or {}
@@ -552,13 +637,18 @@ def _draft(stack: dict, node: NodeInfo, gpu: bool) -> _Draft:
         gpus=tuple(node.gpus) or None,
         gpu=gpu,
     )
-    draft = _Draft(values, {k for k, v in values.items() if v is not None})
-    for kind, (entry, req) in _package_pins(python.get("packages") or ()).items():
+    draft = _Draft(values, {k for k, v in values.items() if v is not None}, path=path)
+    draft.lines = {name: lines[_PATHS[name]] for name in draft.given if _PATHS.get(name) in lines}
+    packages = list(python.get("packages") or ())
+    for kind, (entry, req) in _package_pins(packages).items():
         version = _exact(req)
         if version:
             values[kind] = version
             draft.given.add(kind)
             draft.shown[kind] = entry
+            line = lines.get(f"stack.python.packages[{packages.index(entry)}]")
+            if line:
+                draft.lines[kind] = line
         elif req.specifier:
             draft.specs[kind] = req.specifier
     if (python.get("manager") or "venv") == "venv" and node.python:
@@ -651,7 +741,7 @@ def _nccl_preference(cat: _Catalog, cuda: str | None) -> list[str]:
             return 0
         return 1 if any(b[0] == here[0] and b <= here for b in builds) else 2
 
-    rows = sorted(cat.m["nccl"]["releases"], key=lambda row: _release(row["version"]), reverse=True)
+    rows = sorted(cat.points("nccl"), key=lambda row: _release(row["version"]), reverse=True)
     return [row["version"] for row in sorted(rows, key=rank)] if cuda else [row["version"] for row in rows]
 
 
@@ -675,12 +765,16 @@ def _unknowns(cat: _Catalog, draft: _Draft, node: NodeInfo, os_row: dict | None)
         value = draft.values.get(kind)
         if value is not None and cat.find(kind, value) is None:
             rows, _ = cat.rows[kind]
+            ranges = [str(row["versions"]) for row in cat.ranges(kind)]
+            stated = f"; ranges the matrix states: {', '.join(ranges)}" if ranges else ""
             found.append(
                 Conflict(
                     "unknown-version",
-                    f"unknown {kind} {value} (known: {_listing(cat.known(kind))})",
+                    f"unknown {kind} {value} (known: {_listing(cat.known(kind))}{stated}; the newest verified is"
+                    f" {cat.known(kind)[0]}: add a row with its source to compat.yaml for a newer one)",
                     (draft.label(kind), f"compat.yaml {kind}"),
                     rows[0]["source"],
+                    draft.where(kind),
                 )
             )
     if node.os_id and os_row is None:
@@ -696,17 +790,30 @@ def _unknowns(cat: _Catalog, draft: _Draft, node: NodeInfo, os_row: dict | None)
     return found
 
 
-def _mpi_source_needs_version(mpi: dict, source: str) -> list[Conflict]:
+def _mpi_source_needs_version(mpi: dict, source: str, draft: _Draft, lines: Mapping[str, int]) -> list[Conflict]:
     if mpi["source"] == "source" and not mpi["version"]:
+        line = lines.get("stack.mpi.source")
         return [
             Conflict(
                 "mpi-source-needs-version",
                 "an Open MPI source build needs stack.mpi.version (there is no default to build)",
-                ("stack.mpi.source=source", "stack.mpi.version=(unset)"),
+                ("stack.mpi.source=source" + (f" (line {line})" if line else ""), "stack.mpi.version=(unset)"),
                 source,
+                f"{draft.path}:{line}" if line else "",
             )
         ]
     return []
+
+
+def _range_notes(cat: _Catalog, draft: _Draft) -> list[str]:
+    """A note for each value judged by a range of the matrix rather than a verified row."""
+    notes = []
+    for kind in cat.rows:
+        value = draft.values.get(kind)
+        row = cat.find(kind, value) if value is not None else None
+        if row is not None and "versions" in row:
+            notes.append(f"{kind}: {value} is not a verified release; judged by the matrix range {row['versions']}")
+    return notes
 
 
 # --------------------------------------------------------------------------------------------- plan
@@ -777,26 +884,39 @@ def _defaults_before_search(stack: dict, draft: _Draft, cat: _Catalog) -> dict:
     return {**horovod, **given}
 
 
-def resolve(stack: dict, node: NodeInfo | None = None, *, gpu: bool | None = None) -> Plan:
-    """Fill ``stack`` (hosts.yaml's ``stack``) with the newest consistent choices, or raise ResolveError."""
+def resolve(
+    stack: dict,
+    node: NodeInfo | None = None,
+    *,
+    gpu: bool | None = None,
+    lines: Mapping[str, int] | None = None,
+    path: str = "hosts.yaml",
+) -> Plan:
+    """Fill ``stack`` (hosts.yaml's ``stack``) with the newest consistent choices, or raise ResolveError.
+
+    ``lines`` (``ClusterSpec.stack_lines``: "stack.cuda" -> line) and ``path`` let each conflict name the
+    hosts.yaml line of the value the user wrote.
+    """
     cat = _Catalog(_matrix())
     stack = stack or {}
     node = node or NodeInfo()
+    lines = lines or {}
     os_row = cat.os(node)
-    draft = _draft(stack, node, _is_gpu(stack, node, gpu))
+    draft = _draft(stack, node, _is_gpu(stack, node, gpu), lines, path)
     horovod = _defaults_before_search(stack, draft, cat)
     _default_python(node, os_row, draft)
     _Filler(cat, draft, node, os_row).fill(horovod["frameworks"])
     mpi = _mpi(stack, os_row, draft)
     python = _python(stack, draft)
 
-    conflicts = _unknowns(cat, draft, node, os_row) + _conflicts(cat, draft)
-    conflicts += _mpi_source_needs_version(mpi, cat.m["sources"]["horovod_install"])
+    conflicts = _unknowns(cat, draft, node, os_row) + _involving_the_user(draft, _conflicts(cat, draft))
+    conflicts += _mpi_source_needs_version(mpi, cat.m["sources"]["horovod_install"], draft, lines)
     if conflicts:
         raise ResolveError(conflicts)
 
     patches = cat.horovod_patches(horovod["version"], draft.values)
-    notes = draft.notes + [f"horovod patch {p['name']}: lifts the break on {p['fixes']}" for p in patches]
+    notes = draft.notes + _range_notes(cat, draft)
+    notes += [f"horovod patch {p['name']}: lifts the break on {p['fixes']}" for p in patches]
     resolved = {
         "gpu": draft.values["gpu"],
         "gpu_source": draft.values.get("gpu_source"),

@@ -9,18 +9,26 @@ Layout of ``<out>/<cluster>/``::
 
 The files hvdcluster writes are rewritten on every render; anything else in the folder is kept, so
 site-specific overrides belong in another file of ``group_vars/all/``.
+
+Values from hosts.yaml are data, never templates: every string taken from it (or from the stack resolved
+from it) that is not a bare word (letters, digits, ``.``, ``_``, ``+``, ``-``: no Jinja delimiter can be
+spelled with these) is written with Ansible's ``!unsafe`` tag, so Ansible never evaluates it, whatever it
+holds. Written plain: our own templated SSH arguments (they name ``inventory_dir``) and the version matrix's
+pre-flight rules (reviewed data shipped with hvdcluster, not input).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .compat import Plan, preflight_vars
+from .compat import Plan, preflight_vars, sdist_sha256
+from .errors import HvdError
 from .spec import ClusterSpec
 
 GROUP = "hvd_nodes"
@@ -32,6 +40,7 @@ GROUP_VAR_TITLES = {
 }
 
 # How the controller pins node host keys: recorded on first contact, a changed key is refused.
+# Ours, and templated by Ansible on purpose (inventory_dir): the one value written without !unsafe.
 SSH_COMMON_ARGS = '-o StrictHostKeyChecking=accept-new -o UserKnownHostsFile="{{ inventory_dir }}/ssh/known_hosts"'
 
 HOST_VAR_DOC = """\
@@ -46,7 +55,8 @@ VAR_DOCS: dict[str, str] = {
     "hvd_cluster_name": "Name of the cluster (file markers, key comments).",
     "hvd_set_hostname": "Set each node's hostname to its inventory name.",
     "ansible_user": "Account the controller logs in as; nodes reach each other as it too.",
-    "ansible_become": "Use sudo for tasks (the account is not root).",
+    "hvd_become": "Use sudo for tasks (the account is not root). The playbooks' `become` keyword reads it; an\n"
+    "ansible_become variable would override the tasks that must not use sudo.",
     "ansible_ssh_private_key_file": "The controller's key for that account.",
     "ansible_ssh_common_args": "Host keys are pinned in ssh/known_hosts beside this inventory on first contact;\n"
     "a changed key is refused. Never turn host key checking off.",
@@ -91,7 +101,7 @@ def group_vars(spec: ClusterSpec, plan: Plan | None = None) -> dict[str, dict[st
     without, only what hosts.yaml says.
     """
     stack = plan.stack if plan else spec.stack
-    ssh: dict[str, Any] = {"ansible_user": spec.ssh.user, "ansible_become": bool(spec.ssh.become)}
+    ssh: dict[str, Any] = {"ansible_user": spec.ssh.user, "hvd_become": bool(spec.ssh.become)}
     if spec.ssh.identity:
         ssh["ansible_ssh_private_key_file"] = spec.ssh.identity
     ssh["ansible_ssh_common_args"] = SSH_COMMON_ARGS
@@ -148,6 +158,8 @@ def stack_vars(stack: dict[str, Any], patches: tuple[str, ...] = ()) -> dict[str
             value = value.get(key) if isinstance(value, dict) else None
         if value is not None:
             out[var] = value
+        if var == "hvd_horovod_version" and value is not None:
+            out["hvd_horovod_sdist_sha256"] = sdist_sha256(str(value))
     if patches:
         out["hvd_horovod_patches"] = list(patches)
     if stack.get("cuda") and stack.get("gcc"):  # nvcc's host compiler: the gcc the resolver chose for this CUDA
@@ -159,14 +171,59 @@ def stack_vars(stack: dict[str, Any], patches: tuple[str, ...] = ()) -> dict[str
 VAR_DOCS.update({var: f"= hvd_stack.{'.'.join(path)}" for path, var in STACK_VARS.items()})
 VAR_DOCS["hvd_gpu"] = "= hvd_stack.gpu: false turns the GPU roles (driver, CUDA, cuDNN, NCCL) off."
 VAR_DOCS["hvd_horovod_patches"] = "Horovod patches the resolver chose for this stack."
+VAR_DOCS["hvd_horovod_sdist_sha256"] = (
+    "sha256 of that release's sdist (compat.yaml artifacts), checked before it is unpacked; empty: no pin known."
+)
 VAR_DOCS["hvd_cuda_host_compiler_packages"] = "= g++-<hvd_stack.gcc>: the host compiler nvcc gets."
 VAR_DOCS["hvd_cuda_host_cxx"] = "= /usr/bin/g++-<hvd_stack.gcc> (CUDAHOSTCXX for CUDA builds)."
 VAR_DOCS["hvd_preflight_gpu_rules"] = "GPU models -> CUDA and driver limits (version matrix), for hvd_preflight."
 VAR_DOCS["hvd_preflight_gcc_max"] = "Newest gcc the planned nvcc accepts (version matrix), for hvd_preflight."
 
 
+class Unsafe(str):
+    """A string Ansible must never template: written as ``!unsafe '...'``."""
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(Unsafe, lambda dumper, value: dumper.represent_scalar("!unsafe", str(value), style="'"))
+
+_BARE_WORD = re.compile(r"[A-Za-z0-9_.+-]*")  # no Jinja delimiter can be spelled with these
+
+
+def data_only(value: Any) -> Any:
+    """``value`` with every string that is not a bare word marked :class:`Unsafe` (lists and dicts walked)."""
+    if isinstance(value, str) and not isinstance(value, Unsafe) and not _BARE_WORD.fullmatch(value):
+        return Unsafe(value)
+    if isinstance(value, dict):
+        return {key: data_only(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [data_only(item) for item in value]
+    return value
+
+
+class _Reader(yaml.SafeLoader):
+    """Reads what :func:`render` writes: ``!unsafe`` values are plain data."""
+
+
+def _construct_unsafe(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.ScalarNode):
+        return loader.construct_scalar(node)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node, deep=True)
+    return loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+
+
+_Reader.add_constructor("!unsafe", _construct_unsafe)
+
+# Not from hosts.yaml: our templated SSH arguments and the matrix's pre-flight rules, written plain.
+_OURS = ("ansible_ssh_common_args", "hvd_preflight_gpu_rules", "hvd_preflight_gcc_max")
+
+
 def _dump(value: Any) -> str:
-    return yaml.safe_dump(value, sort_keys=False, default_flow_style=False, width=100)
+    return yaml.dump(value, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
 
 
 def _commented(mapping: dict[str, Any]) -> str:
@@ -175,13 +232,17 @@ def _commented(mapping: dict[str, Any]) -> str:
         doc = VAR_DOCS.get(key)
         if doc:
             parts.append("".join(f"# {line}\n" for line in doc.splitlines()))
-        parts.append(_dump({key: value}))
+        parts.append(_dump({key: value if key in _OURS else data_only(value)}))
     return "".join(parts)
 
 
+_NOT_IN_A_COMMENT = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
 def _header(spec: ClusterSpec, what: str) -> str:
+    source = _NOT_IN_A_COMMENT.sub("?", spec.path)  # a file name must not end the comment line
     return (
-        f"# {what} of cluster {spec.cluster!r}, generated by hvdcluster from {spec.path}.\n"
+        f"# {what} of cluster {spec.cluster!r}, generated by hvdcluster from {source}.\n"
         "# Plain YAML: readable and editable. `hvdcluster inventory` rewrites this file; put your own\n"
         "# overrides in another file of group_vars/all/.\n"
     )
@@ -194,7 +255,7 @@ def render(spec: ClusterSpec, out_dir: str | os.PathLike[str], plan: Plan | None
     (root / "ssh").mkdir(mode=0o700, exist_ok=True)
     os.chmod(root / "ssh", 0o700)
 
-    hosts_doc = {"all": {"children": {GROUP: {"hosts": host_vars(spec)}}}}
+    hosts_doc = {"all": {"children": {GROUP: {"hosts": data_only(host_vars(spec))}}}}
     _write(root / "hosts.yml", _header(spec, "Nodes") + "---\n" + HOST_VAR_DOC + _dump(hosts_doc))
     for name, mapping in group_vars(spec, plan).items():
         _write(root / "group_vars" / "all" / name, _header(spec, GROUP_VAR_TITLES[name]) + "---\n" + _commented(mapping))
@@ -212,11 +273,26 @@ def _write(path: Path, text: str) -> None:
 def read(path: str | os.PathLike[str]) -> Inventory:
     """Read an inventory folder written by :func:`render` (or by hand in the same shape)."""
     root = Path(path)
-    with open(root / "hosts.yml") as fh:
-        doc = yaml.safe_load(fh) or {}
+    doc = _load(root / "hosts.yml")
     hosts = doc.get("all", {}).get("children", {}).get(GROUP, {}).get("hosts", {}) or {}
     variables: dict[str, Any] = {}
     for file in sorted((root / "group_vars" / "all").glob("*.yml")):
-        with open(file) as fh:
-            variables.update(yaml.safe_load(fh) or {})
+        variables.update(_load(file))
     return Inventory(path=root, hosts={name: dict(v or {}) for name, v in hosts.items()}, vars=variables)
+
+
+def _load(file: Path) -> dict[str, Any]:
+    """One inventory file as a mapping; a broken or hand-mangled file is one line naming it (exit 2)."""
+    try:
+        with open(file, encoding="utf-8") as fh:
+            doc = yaml.load(fh, Loader=_Reader) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        where = ""
+        mark = getattr(exc, "problem_mark", None)
+        if mark is not None:
+            where = f":{mark.line + 1}:{mark.column + 1}"
+        reason = getattr(exc, "strerror", None) or getattr(exc, "problem", None) or str(exc)
+        raise HvdError(f"{file}{where}: cannot read the inventory: {reason}") from None
+    if not isinstance(doc, dict):
+        raise HvdError(f"{file}: cannot read the inventory: expected a mapping at the top")
+    return doc

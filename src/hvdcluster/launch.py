@@ -67,7 +67,9 @@ def build(
     per_host = slots(inv)
     total = sum(per_host.values())
     np = total if np is None else np
-    if not 1 <= np <= total:
+    if np < 1:
+        raise LaunchError(f"run: -np must be at least 1 (got {np})")
+    if np > total:
         raise LaunchError(f"run: -np {np} is more than the {total} slots of the cluster "
                           f"({', '.join(f'{h}:{s}' for h, s in per_host.items())})")
     prefix = str(inv.vars.get("hvd_pyenv_prefix") or DEFAULT_PREFIX)
@@ -83,8 +85,15 @@ def build(
     return Launch(horovodrun=[*argv, *program], ssh=ssh_argv(inv, first))
 
 
+def recorded_interface(inv: Inventory) -> str | None:
+    """The fabric interface the inventory names (``hvd_fabric_interface``, e.g. in group_vars/all/local.yml),
+    or None: then only the first node can tell (:func:`fabric_interface`, over SSH)."""
+    value = inv.vars.get("hvd_fabric_interface")
+    return str(value) if value else None
+
+
 def fabric_interface(inv: Inventory, host: str, timeout: float = 20) -> str | None:
-    """The fabric interface hvd_base recorded on `host`, or None when it cannot be read."""
+    """The fabric interface hvd_base recorded on `host` (read over SSH), or None when it cannot be read."""
     try:
         proc = subprocess.run([*ssh_argv(inv, host), f"cat {BASE_FACT}"], capture_output=True, text=True,
                               timeout=timeout)

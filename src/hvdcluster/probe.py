@@ -7,6 +7,7 @@ for the first time is recorded, a changed key is refused. Nothing is written on 
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,12 +41,17 @@ class NodeFacts:
     driver_loaded: str = ""
 
 
+MAX_OUTPUT = 1 << 20  # what is read of a node's answer: a few hundred bytes are expected
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def parse(host: str, text: str) -> NodeFacts:
+    """The facts in a node's answer; control characters (a terminal escape, say) are dropped from each value."""
     values: dict[str, str] = {}
     gpus: list[str] = []
     for line in text.splitlines():
         key, _, value = line.partition("=")
-        value = value.strip()
+        value = _CONTROL.sub("", value).strip()[:200]
         if key == "gpu" and value:
             gpus.append(value)
         elif key in ("os", "kernel", "gcc", "python", "driver") and value:
@@ -100,7 +106,7 @@ def probe_host(host: HostSpec, cluster: ClusterSpec, known_hosts: Path, timeout:
                        timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
                        look_for_keys=cluster.ssh.identity is None, allow_agent=cluster.ssh.identity is None)
         _, stdout, _ = client.exec_command(f"sh -c {shlex.quote(COMMAND)}", timeout=timeout)
-        text = stdout.read().decode(errors="replace")
+        text = stdout.read(MAX_OUTPUT).decode(errors="replace")
     except paramiko.BadHostKeyException as err:
         raise HvdError(f"{host.name} ({host.address}:{host.port}): host key changed since it was pinned in "
                        f"{known_hosts}; if the node was reinstalled, remove the old key "

@@ -9,26 +9,44 @@ Scalars are judged by their YAML tag, not by Python's idea of their type: ``port
 ``port: true`` a boolean (neither is a port), and ``cuda: 12.10`` a float that YAML already read as 12.1,
 so versions must be quoted. ``null`` for an optional field means "unset". Keys repeated in one mapping
 are rejected (YAML would silently keep the last one); merge keys (``<<: *defaults``) are honoured.
+
+The input is treated as hostile: only a regular file of at most 1 MiB is read (a FIFO, a device or a folder
+is refused before a byte is read); nesting, aliases and merges are bounded, so an alias bomb, a recursive
+alias or a deeply nested document is one SpecError, never a hang or a RecursionError. Every string is data:
+control characters and Jinja delimiters (``{{``, ``{%``, ``{#``) are refused everywhere, URLs hold URL
+characters only, the environment prefix is a safe absolute path outside the system folders, packages are
+PEP 508 requirements (no pip options, no URLs), and the files named (SSH key, CA bundle) are read and judged:
+a private key, PEM certificates.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import difflib
 import ipaddress
 import os
 import posixpath
 import re
+import ssl
+import stat
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
+from packaging.requirements import InvalidRequirement, Requirement
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from .errors import SpecError
 
 __all__ = ["ClusterSpec", "HostSpec", "NetworkSpec", "SshSpec", "load", "loads"]
+
+MAX_FILE_BYTES = 1 << 20  # hosts.yaml and the SSH key; a hosts.yaml of 1000 hosts is about 100 KiB
+MAX_CA_BUNDLE_BYTES = 8 << 20  # a distribution's whole trust store is about 200 KiB
+MAX_DEPTH = 64  # nesting of mappings and lists, aliases followed
+MAX_NODES = 100_000  # values in the document with every alias and merge expanded
 
 
 # --------------------------------------------------------------------------------------------- model
@@ -82,6 +100,9 @@ class ClusterSpec:
     stack: dict[str, Any]  # only the keys the user wrote; versions as strings
     network: NetworkSpec
     set_hostname: bool = False
+    # hosts.yaml line of each value written under ``stack`` ("stack.cuda", "stack.python.packages[0]"), so the
+    # resolver can point at the line of a conflicting choice. Not part of the spec's value (compare=False).
+    stack_lines: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
 
 # --------------------------------------------------------------------------------------------- entry points
@@ -91,10 +112,9 @@ def load(path: str | os.PathLike[str]) -> ClusterSpec:
     """Read and validate a ``hosts.yaml`` file; raise :class:`SpecError` on any mistake."""
     shown = os.fspath(path)
     try:
-        with open(shown, "rb") as handle:
-            data = handle.read()
-    except OSError as exc:
-        raise SpecError(shown, 1, 1, "<file>", f"cannot read the file: {exc.strerror or exc}") from None
+        data = read_regular_file(shown, MAX_FILE_BYTES)
+    except FileProblem as exc:
+        raise SpecError(shown, 1, 1, "<file>", str(exc)) from None
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -111,7 +131,58 @@ def loads(text: str, path: str = "<string>") -> ClusterSpec:
     current directory); nothing is read from it.
     """
     ctx = _Context(path=path, base_dir=os.path.dirname(os.path.abspath(path)))
-    return _cluster_spec(ctx, _compose(ctx, text))
+    if len(text) > MAX_FILE_BYTES:
+        raise SpecError(path, 1, 1, "<file>", f"the file is larger than {MAX_FILE_BYTES >> 20} MiB")
+    root = _compose(ctx, text)
+    _check_expansion(ctx, root)
+    return _cluster_spec(ctx, root)
+
+
+class FileProblem(Exception):
+    """Why a file cannot be read as a small regular file; ``str()`` is the message."""
+
+
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def read_regular_file(path: str, limit: int) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes; :class:`FileProblem` otherwise.
+
+    Opened non-blocking and judged by ``fstat`` before a byte is read: a FIFO, a device (``/dev/zero``) or a
+    directory is refused at once instead of blocking or reading forever.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise FileProblem(f"cannot read the file: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+            raise FileProblem(f"cannot read the file: it is {kind}, not a regular file")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 16, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise FileProblem(f"cannot read the file: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if size > limit:
+        shown = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit >> 10} KiB"
+        raise FileProblem(f"the file is larger than {shown}; is it the right file?")
+    return b"".join(chunks)
 
 
 # --------------------------------------------------------------------------------------------- plumbing
@@ -128,16 +199,51 @@ _Validator = Callable[["_Context", Node, str], Any]
 class _Context:
     path: str  # shown in errors
     base_dir: str  # relative local paths resolve against this
+    lines: dict[str, int] = field(default_factory=dict)  # field path -> 1-based line of its value
 
     def error(self, node: Node, field: str, message: str) -> SpecError:
         mark = node.start_mark
         return SpecError(self.path, mark.line + 1, mark.column + 1, field, message)
 
 
+class _TooMuch(Exception):
+    """A bound of the loader was passed at ``mark``."""
+
+    def __init__(self, mark: yaml.Mark, message: str) -> None:
+        super().__init__(message)
+        self.mark = mark
+        self.message = message
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with the nesting bounded *while* composing.
+
+    PyYAML composes recursively: a document nested a few thousand levels deep would end in a
+    RecursionError before any validator sees it.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node:  # noqa: D102 - PyYAML's hook
+        if self.check_event(yaml.AliasEvent):
+            return super().compose_node(parent, index)
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _TooMuch(self.peek_event().start_mark, f"nested more than {MAX_DEPTH} levels deep")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
 def _compose(ctx: _Context, text: str) -> Node | None:
     """Parse YAML into a node tree; syntax errors become SpecErrors at the problem mark."""
     try:
-        return yaml.compose(text, Loader=yaml.SafeLoader)
+        return yaml.compose(text, Loader=_Loader)
+    except _TooMuch as exc:
+        raise SpecError(ctx.path, exc.mark.line + 1, exc.mark.column + 1, "<yaml>", exc.message) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         message = exc.problem or exc.context or "invalid YAML"
@@ -153,6 +259,53 @@ def _compose(ctx: _Context, text: str) -> Node | None:
         raise SpecError(ctx.path, line, column, "<yaml>", f"control character #x{code:04x} is not allowed") from None
     except yaml.YAMLError as exc:  # pragma: no cover - every PyYAML error above carries a position
         raise SpecError(ctx.path, 1, 1, "<yaml>", str(exc)) from None
+
+
+def _children(node: Node) -> list[Node]:
+    if isinstance(node, MappingNode):
+        return [child for pair in node.value for child in pair]
+    if isinstance(node, SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_expansion(ctx: _Context, root: Node | None) -> None:
+    """Refuse a document whose aliases refer to themselves, or expand too deep or too far.
+
+    The composed tree shares the node an alias names, so it is small however often an alias is used; the
+    validators below walk it *expanded*. Before they do, one walk over the distinct nodes counts the expanded
+    size and depth of each (a merge-key bomb of a few hundred bytes expands to hundreds of millions of values)
+    and finds cycles (``&a [*a]``, ``&m {<<: *m}``), each reported at the node where it starts.
+    """
+    if root is None:
+        return
+    size: dict[int, int] = {}
+    height: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    todo: list[tuple[Node, bool]] = [(root, False)]
+    while todo:
+        node, finished = todo.pop()
+        key = id(node)
+        if finished:
+            open_nodes.discard(key)
+            children = _children(node)
+            size[key] = 1 + sum(size[id(child)] for child in children)
+            height[key] = 1 + max((height[id(child)] for child in children), default=0)
+            if size[key] > MAX_NODES:
+                message = f"with its aliases expanded this holds more than {MAX_NODES} values (an alias bomb?)"
+                raise ctx.error(node, "<yaml>", message)
+            if height[key] > MAX_DEPTH:
+                message = f"with its aliases followed this is nested more than {MAX_DEPTH} levels deep"
+                raise ctx.error(node, "<yaml>", message)
+            continue
+        if key in size:
+            continue
+        if key in open_nodes:
+            message = "an alias refers to the mapping or list that contains it (a recursive structure)"
+            raise ctx.error(node, "<yaml>", message)
+        open_nodes.add(key)
+        todo.append((node, True))
+        todo.extend((child, False) for child in _children(node))
 
 
 def _join(parent: str, key: str) -> str:
@@ -272,7 +425,12 @@ def _section(schema: Mapping[str, _Validator]) -> _Validator:
 
     def validate(ctx: _Context, node: Node, field: str) -> dict[str, Any]:
         fields = _fields(ctx, node, field, schema)
-        return {key: schema[key](ctx, value, _join(field, key)) for key, value in fields.items() if not _is_null(value)}
+        out = {}
+        for key, value in fields.items():
+            if not _is_null(value):
+                ctx.lines[_join(field, key)] = value.start_mark.line + 1
+                out[key] = schema[key](ctx, value, _join(field, key))
+        return out
 
     return validate
 
@@ -280,20 +438,45 @@ def _section(schema: Mapping[str, _Validator]) -> _Validator:
 # --------------------------------------------------------------------------------------------- scalars
 
 
+# C0 and C1 control characters (newline, NUL, escape, ...) and the Unicode line and paragraph separators.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_TEMPLATE = re.compile(r"\{[{%#]")  # what starts a Jinja expression, statement or comment
+
+
 def _string(ctx: _Context, node: Node, field: str) -> str:
+    """A non-empty string that is data only: no control characters, nothing Jinja would evaluate."""
     value = _text(node, _STR)
     if value is None:
         hint = " (quote it)" if _text(node, _INT, _FLOAT, _BOOL) is not None else ""
         raise ctx.error(node, field, f"expected a string, got {_describe(node)}{hint}")
     if not value.strip():
         raise ctx.error(node, field, "must not be empty")
+    if bad := _CONTROL.search(value):
+        char = bad.group()
+        name = {"\n": "a line break", "\r": "a carriage return", "\t": "a tab", "\x00": "a NUL byte",
+                "\x1b": "an escape character"}.get(char, "a control character")
+        raise ctx.error(node, field, f"contains {name} (U+{ord(char):04X}); write the value on one line, without it")
+    if found := _TEMPLATE.search(value):
+        raise ctx.error(
+            node,
+            field,
+            f"contains '{found.group()}', which Ansible would evaluate as a template: hosts.yaml values are data,"
+            " never code (write the literal value)",
+        )
     return value
 
 
-def _integer(ctx: _Context, node: Node, field: str) -> int:
+_DECIMAL = re.compile(r"-?(0|[1-9][0-9]*)")
+
+
+def _integer(ctx: _Context, node: Node, field: str, what: str = "the number") -> int:
+    """An integer written in plain decimal: YAML 1.1 also reads 02222 (octal), 0x16, 1_000, +22 and 1:30."""
     if not (isinstance(node, ScalarNode) and node.tag == _INT):
         raise _expect(ctx, node, field, "an integer")
-    return int(_SCALARS.construct_yaml_int(node))
+    number = int(_SCALARS.construct_yaml_int(node))
+    if not _DECIMAL.fullmatch(node.value):
+        raise ctx.error(node, field, f"write {what} as a decimal number: YAML reads {node.value} as {number}")
+    return number
 
 
 def _boolean(ctx: _Context, node: Node, field: str) -> bool:
@@ -303,14 +486,14 @@ def _boolean(ctx: _Context, node: Node, field: str) -> bool:
 
 
 def _port(ctx: _Context, node: Node, field: str) -> int:
-    port = _integer(ctx, node, field)
+    port = _integer(ctx, node, field, "the port")
     if not 1 <= port <= 65535:
         raise ctx.error(node, field, f"port {port} is out of range (1-65535)")
     return port
 
 
 def _slots(ctx: _Context, node: Node, field: str) -> int:
-    slots = _integer(ctx, node, field)
+    slots = _integer(ctx, node, field, "slots")
     if slots < 1:
         raise ctx.error(node, field, f"slots must be at least 1, got {slots} (leave it out to use the GPU count)")
     return slots
@@ -382,6 +565,7 @@ def _list_of(item: _Validator, *, unique: bool = False) -> _Validator:
             raise _expect(ctx, node, field, "a list")
         values: list[Any] = []
         for index, child in enumerate(node.value):
+            ctx.lines[f"{field}[{index}]"] = child.start_mark.line + 1
             value = item(ctx, child, f"{field}[{index}]")
             if unique and value in values:
                 raise ctx.error(child, f"{field}[{index}]", f"{value!r} is listed twice")
@@ -391,19 +575,85 @@ def _list_of(item: _Validator, *, unique: bool = False) -> _Validator:
     return validate
 
 
+# RFC 3986 characters, less the quote and ';' (a shell or a config file would read them): no spaces,
+# backslashes, braces, '<', '>', '"', '|', '^' or '`'.
+_URL_CHARS = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&()*+,=%]+")
+_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
 def _url(ctx: _Context, node: Node, field: str) -> str:
     value = _string(ctx, node, field)
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    if not _URL_CHARS.fullmatch(value):
+        bad = next(char for char in value if not _URL_CHARS.fullmatch(char))
+        escaped = "".join(f"%{byte:02X}" for byte in bad.encode())
+        raise ctx.error(node, field, f"{value!r} is not a URL: {bad!r} is not a URL character (write it as {escaped})")
+    if _PERCENT.search(value):
+        raise ctx.error(node, field, f"{value!r} is not a URL: '%' must start a %XX escape")
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
+    except ValueError as exc:
+        raise ctx.error(node, field, f"{value!r} is not a valid URL: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ctx.error(node, field, f"{value!r} is not an http:// or https:// URL")
     return value
 
 
-def _remote_absolute_path(ctx: _Context, node: Node, field: str) -> str:
+def _installer(ctx: _Context, node: Node, field: str) -> str:
+    """An installer is a URL (``https://...``) or a controller path: a URL must be a valid one."""
     value = _string(ctx, node, field)
-    if not posixpath.isabs(value):
+    return _url(ctx, node, field) if "://" in value else value
+
+
+_PREFIX_CHARS = re.compile(r"[A-Za-z0-9._/-]+")
+# Folders an environment must never be put in (hvd_pyenv replaces the prefix as a whole) ...
+SYSTEM_FOLDERS = frozenset(
+    "/ /usr /usr/local /opt /etc /var /var/lib /home /root /bin /sbin /lib /lib64 /boot /dev /proc /sys /tmp"
+    " /var/tmp /srv /mnt /media /run".split()
+)
+# ... nor anywhere under these (virtual, volatile or world-writable file systems).
+SYSTEM_TREES = ("/proc", "/sys", "/dev", "/tmp", "/var/tmp", "/run")
+
+
+def _env_prefix(ctx: _Context, node: Node, field: str) -> str:
+    """Where the environment lives on every node: a safe absolute path of its own, never a system folder."""
+    value = _string(ctx, node, field)
+    if not value.startswith("/"):
         raise ctx.error(node, field, f"{value!r} is not an absolute path (a path on the nodes, starting with '/')")
-    return posixpath.normpath(value)
+    if not _PREFIX_CHARS.fullmatch(value):
+        bad = next(char for char in value if not _PREFIX_CHARS.fullmatch(char))
+        allowed = "letters, digits, '.', '_', '-', '/'"
+        raise ctx.error(node, field, f"{value!r}: {bad!r} is not allowed in the prefix (use {allowed})")
+    if ".." in value.split("/"):
+        raise ctx.error(node, field, f"{value!r} has a '..' component; write the path it means")
+    path = "/" + posixpath.normpath(value).lstrip("/")  # normpath keeps a leading '//'
+    if path in SYSTEM_FOLDERS:
+        raise ctx.error(node, field, f"{value!r} is a system folder; give the environment its own, e.g. /opt/hvd/env")
+    tree = next((t for t in SYSTEM_TREES if path.startswith(t + "/")), None)
+    if tree:
+        message = f"{value!r} is under {tree}, which is no place for an environment (e.g. /opt/hvd/env)"
+        raise ctx.error(node, field, message)
+    if path.count("/") < 2:
+        raise ctx.error(node, field, f"{value!r} is a top-level folder; name a folder of its own, e.g. /opt/hvd/env")
+    return path
+
+
+def _requirement(ctx: _Context, node: Node, field: str) -> str:
+    """A PEP 508 requirement (``torch==2.3.1``, ``numpy>=1.26``): no pip options, no URLs or paths."""
+    value = _string(ctx, node, field)
+    if value.lstrip().startswith("-"):
+        message = f"{value!r} is a pip option, not a package; list requirements only (e.g. 'numpy>=1.26')"
+        raise ctx.error(node, field, message)
+    try:
+        requirement = Requirement(value)
+    except InvalidRequirement as exc:
+        reason = str(exc).splitlines()[0]
+        message = f"{value!r} is not a package requirement (e.g. 'torch==2.3.1'): {reason}"
+        raise ctx.error(node, field, message) from None
+    if requirement.url:
+        message = f"{value!r} installs from a URL; name a package and version (offer wheels with network.wheelhouse)"
+        raise ctx.error(node, field, message)
+    return value
 
 
 def _local_path(ctx: _Context, node: Node, field: str) -> str:
@@ -415,8 +665,72 @@ def _local_path(ctx: _Context, node: Node, field: str) -> str:
 def _existing_file(ctx: _Context, node: Node, field: str) -> str:
     path = _local_path(ctx, node, field)
     if not os.path.isfile(path):
-        problem = "is a directory, not a file" if os.path.isdir(path) else "not found"
+        if os.path.isdir(path):
+            problem = "is a directory, not a file"
+        elif os.path.exists(path):
+            problem = "is not a regular file"
+        else:
+            problem = "not found"
         raise ctx.error(node, field, f"file {problem}: {path}")
+    return path
+
+
+def _file_bytes(ctx: _Context, node: Node, field: str, path: str, limit: int) -> bytes:
+    try:
+        return read_regular_file(path, limit)
+    except FileProblem as exc:
+        raise ctx.error(node, field, f"{path}: {exc}") from None
+
+
+_PRIVATE_KEY = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
+_PUBLIC_KEY = re.compile(r"(?:ssh-|ecdsa-|sk-)[a-z0-9@.-]+ AAAA|-----BEGIN (?:SSH2 |RSA )?PUBLIC KEY-----")
+
+
+def _private_key(ctx: _Context, node: Node, field: str) -> str:
+    """The SSH key the controller logs in with: a readable, non-empty private key (OpenSSH or PEM)."""
+    path = _existing_file(ctx, node, field)
+    data = _file_bytes(ctx, node, field, path, MAX_FILE_BYTES)
+    text = data.decode("ascii", errors="replace").lstrip()
+    first = text.splitlines()[0].strip() if text else ""
+    if not first:
+        raise ctx.error(node, field, f"{path} is empty; name your SSH private key (e.g. ~/.ssh/id_ed25519)")
+    if _PRIVATE_KEY.fullmatch(first):
+        return path
+    if _PUBLIC_KEY.match(first) or path.endswith(".pub"):
+        raise ctx.error(node, field, f"{path}: this is a public key; name the private key (without .pub)")
+    raise ctx.error(
+        node, field, f"{path} is not an SSH private key (its first line is not '-----BEGIN ... PRIVATE KEY-----')"
+    )
+
+
+_PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----(.*?)-----END \1-----", re.DOTALL)
+
+
+def _ca_bundle(ctx: _Context, node: Node, field: str) -> str:
+    """CA certificates the nodes will trust: PEM ``CERTIFICATE`` blocks, each a DER certificate, nothing secret."""
+    path = _existing_file(ctx, node, field)
+    data = _file_bytes(ctx, node, field, path, MAX_CA_BUNDLE_BYTES)
+    text = data.decode("ascii", errors="replace")
+    blocks = list(_PEM_BLOCK.finditer(text))
+    begins = text.count("-----BEGIN ")
+    if begins != len(blocks):
+        raise ctx.error(node, field, f"{path}: a '-----BEGIN' has no matching '-----END' line (a cut-off PEM file?)")
+    if not any(block.group(1) == "CERTIFICATE" for block in blocks):
+        message = f"{path} holds no PEM certificate ('-----BEGIN CERTIFICATE-----'); convert DER with openssl x509"
+        raise ctx.error(node, field, message)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    for number, block in enumerate(blocks, 1):
+        line = text.count("\n", 0, block.start()) + 1
+        if block.group(1) != "CERTIFICATE":
+            raise ctx.error(
+                node, field, f"{path}: line {line} holds a {block.group(1)}; a CA bundle holds certificates only"
+            )
+        try:
+            der = base64.b64decode("".join(block.group(2).split()), validate=True)
+            context.load_verify_locations(cadata=der)
+        except (binascii.Error, ValueError, ssl.SSLError):
+            message = f"{path}: certificate {number} (line {line}) is not a valid certificate"
+            raise ctx.error(node, field, message) from None
     return path
 
 
@@ -478,8 +792,19 @@ def _address_key(address: str) -> str:
     return str(ip) if ip is not None else address.lower()
 
 
+_ZONE_ID = re.compile(r"[A-Za-z0-9_.-]{1,15}")  # an interface name, as Linux allows it (IFNAMSIZ - 1)
+
+
 def _address(ctx: _Context, node: Node, field: str) -> str:
     value = _string(ctx, node, field)
+    address, percent, zone = value.partition("%")
+    if percent and isinstance(_ip(address), ipaddress.IPv6Address) and not _ZONE_ID.fullmatch(zone):
+        raise ctx.error(
+            node,
+            field,
+            f"{value!r}: the zone id after '%' must be an interface name (letters, digits, '_', '.', '-'; at most 15),"
+            " e.g. fe80::1%eth0",
+        )
     if _ip(value) is not None:
         return value
     if "@" in value:
@@ -533,10 +858,10 @@ _stack = _section(
             {
                 "manager": _choice("venv", "conda"),
                 "version": _version,
-                "prefix": _remote_absolute_path,
-                "packages": _list_of(_string),
+                "prefix": _env_prefix,
+                "packages": _list_of(_requirement),
                 "environment_file": _string,
-                "installer": _string,
+                "installer": _installer,
                 "installer_sha256": _sha256,
             }
         ),
@@ -558,7 +883,7 @@ def _ssh(ctx: _Context, node: Node, field: str) -> SshSpec:
     return SshSpec(
         user=_get(ctx, fields, "user", field, _user_name, "root"),
         port=_get(ctx, fields, "port", field, _port, 22),
-        identity=_get(ctx, fields, "identity", field, _existing_file),
+        identity=_get(ctx, fields, "identity", field, _private_key),
         become=_get(ctx, fields, "become", field, _boolean),
     )
 
@@ -566,7 +891,7 @@ def _ssh(ctx: _Context, node: Node, field: str) -> SshSpec:
 def _network(ctx: _Context, node: Node, field: str) -> NetworkSpec:
     fields = _fields(ctx, node, field, _NETWORK_KEYS)
     return NetworkSpec(
-        ca_bundle=_get(ctx, fields, "ca_bundle", field, _existing_file),
+        ca_bundle=_get(ctx, fields, "ca_bundle", field, _ca_bundle),
         apt_proxy=_get(ctx, fields, "apt_proxy", field, _url),
         pip_index=_get(ctx, fields, "pip_index", field, _url),
         wheelhouse=_get(ctx, fields, "wheelhouse", field, _existing_directory),
@@ -677,4 +1002,5 @@ def _cluster_spec(ctx: _Context, root: Node | None) -> ClusterSpec:
         stack=_get(ctx, fields, "stack", "", _stack, {}),
         network=_get(ctx, fields, "network", "", _network, NetworkSpec()),
         set_hostname=_get(ctx, fields, "set_hostname", "", _boolean, False),
+        stack_lines={name: line for name, line in ctx.lines.items() if name.startswith("stack.")},
     )

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from hvdcluster import cli, spec
+from hvdcluster import cli, lock, spec
 
 BAD = sorted((Path(__file__).parent / "bad_hosts").glob("*.yaml"))
+FIXTURES = Path(__file__).parent / "bad_hosts" / "fixtures"  # id_test: a private key's shape; ca.pem: a real cert
 
 
 @pytest.mark.parametrize("command", ["inventory", "up"])
@@ -33,7 +39,7 @@ def test_missing_hosts_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixtur
 def test_init_writes_an_example_that_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / ".ssh").mkdir()
-    (tmp_path / ".ssh" / "id_ed25519").write_text("key\n")
+    shutil.copy(FIXTURES / "id_test", tmp_path / ".ssh" / "id_ed25519")
     target = tmp_path / "hosts.yaml"
     assert cli.main(["init", str(target)]) == 0
     loaded = spec.load(target)
@@ -78,3 +84,276 @@ def test_plan_prints_the_resolved_stack_with_reasons(tmp_path: Path, capsys: pyt
     assert cli.main(["plan", str(hosts), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["stack"]["horovod"]["controllers"] == ["mpi", "gloo"] and doc["patches"] == ["cxx17"]
+
+
+# --------------------------------------------------------------------------------------------- arguments
+
+
+def _listing(root: Path) -> dict[str, tuple[int, bytes]]:
+    """Every path under ``root`` with its mode and content: equal before and after means nothing was written."""
+    out: dict[str, tuple[int, bytes]] = {}
+    for path in sorted(root.rglob("*")):
+        st = path.lstat()
+        content = path.read_bytes() if path.is_file() and not path.is_symlink() else b""
+        out[str(path.relative_to(root))] = (st.st_mode, content)
+    return out
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("hvdcluster: ")
+    return err
+
+
+@pytest.fixture
+def hosts(tmp_path: Path) -> Path:
+    path = tmp_path / "hosts.yaml"
+    path.write_text("cluster: c1\nhosts:\n  - {name: gpu01, address: 10.0.0.1, slots: 2}\n"
+                    "  - {name: gpu02, address: 10.0.0.2, slots: 2}\n")
+    return path
+
+
+def _refused(argv: list[str], root: Path, capsys: pytest.CaptureFixture[str], *named: str) -> str:
+    """``argv`` exits 2 with one line naming ``named``, and nothing under ``root`` changed."""
+    before = _listing(root)
+    assert cli.main(argv) == 2
+    err = _one_line_error(capsys)
+    for text in named:
+        assert text in err, err
+    assert _listing(root) == before
+    return err
+
+
+def test_init_into_a_missing_folder_exits_2_and_writes_nothing(tmp_path: Path, capsys) -> None:
+    _refused(["init", str(tmp_path / "nowhere" / "hosts.yaml")], tmp_path, capsys, "init:", "does not exist")
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]])
+def test_init_onto_a_folder_exits_2_and_writes_nothing(tmp_path: Path, capsys, force: list[str]) -> None:
+    (tmp_path / "site").mkdir()
+    _refused(["init", str(tmp_path / "site"), *force], tmp_path, capsys, "init:", "is a folder")
+
+
+def test_init_never_writes_into_a_fifo_even_with_force(tmp_path: Path, capsys) -> None:
+    os.mkfifo(tmp_path / "hosts.yaml")
+    _refused(["init", str(tmp_path / "hosts.yaml"), "--force"], tmp_path, capsys, "not a regular file")
+
+
+@pytest.mark.parametrize("command", ["inventory", "up", "preflight"])
+def test_output_naming_an_existing_file_exits_2_and_writes_nothing(
+    command: str, hosts: Path, tmp_path: Path, capsys
+) -> None:
+    (tmp_path / "inv").write_text("mine\n")
+    _refused([command, str(hosts), "-o", str(tmp_path / "inv")], tmp_path, capsys, "-o/--output", "is a file")
+
+
+@pytest.mark.parametrize("command", ["inventory", "up"])
+def test_output_below_a_file_exits_2(command: str, hosts: Path, tmp_path: Path, capsys) -> None:
+    (tmp_path / "file").write_text("mine\n")
+    _refused([command, str(hosts), "-o", str(tmp_path / "file" / "inv")], tmp_path, capsys, "-o/--output")
+
+
+def test_output_in_an_unwritable_folder_exits_2(
+    hosts: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    if os.geteuid() == 0:  # root may write anywhere: answer as the kernel answers a user
+        real_access = os.access
+        monkeypatch.setattr(os, "access", lambda path, mode, **kw: False if Path(path) == locked
+                            else real_access(path, mode, **kw))
+    _refused(["up", str(hosts), "-o", str(locked / "inv")], tmp_path, capsys, "-o/--output", "is not writable")
+
+
+def test_an_inventory_folder_that_is_a_file_exits_2(hosts: Path, tmp_path: Path, capsys) -> None:
+    (tmp_path / "inv").mkdir()
+    (tmp_path / "inv" / "c1").write_text("not a folder\n")
+    _refused(["inventory", str(hosts), "-o", str(tmp_path / "inv")], tmp_path, capsys, "is a file, not an inventory")
+
+
+@pytest.mark.parametrize("np", ["0", "-1"])
+def test_run_with_fewer_than_one_process_exits_2_before_reading_anything(np: str, tmp_path: Path, capsys) -> None:
+    err = _refused(["run", "--hosts", str(tmp_path / "none.yaml"), "-np", np, "--print", "--", "python", "x.py"],
+                   tmp_path, capsys, "-np must be at least 1")
+    assert f"(got {np})" in err
+
+
+@pytest.fixture
+def rendered(hosts: Path, tmp_path: Path) -> Path:
+    assert cli.main(["inventory", str(hosts), "-o", str(tmp_path / "inv")]) == 0
+    return tmp_path / "inv"
+
+
+@pytest.fixture
+def no_ssh(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Fail the test on any contact with a node; returns the commands that would have run."""
+    from hvdcluster import launch
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"a node was contacted: {args}")
+
+    monkeypatch.setattr(launch, "fabric_interface", refuse)
+    monkeypatch.setattr(launch.subprocess, "run", refuse)
+    monkeypatch.setattr(cli.subprocess, "run", refuse)
+    return []
+
+
+def test_run_print_validates_against_the_inventory_without_contacting_a_node(
+    hosts: Path, rendered: Path, no_ssh: list, capsys
+) -> None:
+    capsys.readouterr()
+    assert cli.main(["run", "--hosts", str(hosts), "-o", str(rendered), "-np", "3", "--print", "--", "python",
+                     "t.py"]) == 0
+    out = capsys.readouterr()
+    assert "horovodrun -np 3 -H gpu01:2,gpu02:2" in out.out
+    assert "fabric interface is read from gpu01 when the job starts" in out.err
+
+
+def test_run_print_uses_the_interface_the_inventory_names(hosts: Path, rendered: Path, no_ssh: list, capsys) -> None:
+    (rendered / "c1" / "group_vars" / "all" / "local.yml").write_text("hvd_fabric_interface: ib0\n")
+    capsys.readouterr()
+    assert cli.main(["run", "--hosts", str(hosts), "-o", str(rendered), "--print", "--", "./job.sh"]) == 0
+    assert "--network-interfaces ib0 ./job.sh" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("print_only", [["--print"], []])
+def test_run_with_more_processes_than_slots_exits_2_without_contacting_a_node(
+    hosts: Path, rendered: Path, no_ssh: list, capsys, print_only: list[str]
+) -> None:
+    capsys.readouterr()
+    _refused(["run", "--hosts", str(hosts), "-o", str(rendered), "-np", "5", *print_only, "--", "python", "t.py"],
+             rendered, capsys, "-np 5 is more than the 4 slots")
+
+
+def test_run_without_an_inventory_exits_2(hosts: Path, tmp_path: Path, no_ssh: list, capsys) -> None:
+    _refused(["run", "--hosts", str(hosts), "-o", str(tmp_path / "inv"), "--print", "--", "x"], tmp_path, capsys,
+             "no inventory yet")
+
+
+@pytest.mark.parametrize("command", ["up", "preflight"])
+@pytest.mark.parametrize(
+    ("limit", "named"),
+    [("nosuchhost", "unknown host 'nosuchhost'"), ("gpu01,GPU-02", "unknown host 'GPU-02' (did you mean 'gpu02'?"),
+     ("gpu9*", "'gpu9*' matches no host"), ("~gpu.*", "give host names"), ("gpu01,,gpu02", "an empty host name"),
+     ("gpu[0]", "give host names"), ("@retry", "give host names")],
+)
+def test_limit_naming_no_host_of_hosts_yaml_exits_2_before_ansible_starts(
+    command: str, limit: str, named: str, hosts: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hvdcluster import runner
+
+    monkeypatch.setattr(runner, "run_playbook", lambda *a, **k: pytest.fail("ansible was started"))
+    _refused([command, str(hosts), "-o", str(tmp_path / "inv"), "--limit", limit], tmp_path, capsys, "--limit", named)
+    assert not (tmp_path / "inv").exists()
+
+
+@pytest.mark.parametrize(
+    ("tags", "named"),
+    [("nosuchrole", "unknown tag 'nosuchrole'"), ("base", "did you mean 'hvd_base'?"),
+     ("hvd_base,hvd_sshmesh", "unknown tag 'hvd_sshmesh'"), ("hvd_base,", "an empty tag")],
+)
+def test_tags_naming_no_role_exits_2_before_ansible_starts(
+    tags: str, named: str, hosts: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hvdcluster import runner
+
+    monkeypatch.setattr(runner, "run_playbook", lambda *a, **k: pytest.fail("ansible was started"))
+    err = _refused(["up", str(hosts), "-o", str(tmp_path / "inv"), "--tags", tags], tmp_path, capsys, "--tags", named)
+    assert "hvd_ssh_mesh" in err or "empty" in err  # an unknown tag lists the valid ones
+    assert not (tmp_path / "inv").exists()
+
+
+def _fake_run(calls: list[dict]) -> object:
+    from hvdcluster.runner import RunResult
+
+    def run_playbook(root: Path, playbook: str, **kwargs: object) -> RunResult:
+        calls.append({"root": root, "playbook": playbook, **kwargs})
+        return RunResult(rc=0, status="successful", log=root / "runs" / "stdout", artifacts=root / "runs")
+
+    return run_playbook
+
+
+@pytest.mark.parametrize(
+    ("limit", "tags"),
+    [("gpu01", None), ("gpu01,!gpu02", "hvd_base,always"), ("gpu0*", "all"), ("all", "hvd_ssh_mesh"),
+     ("hvd_nodes:&gpu02", None)],
+)
+def test_valid_limits_and_tags_reach_ansible_unchanged(
+    limit: str, tags: str | None, hosts: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hvdcluster import runner
+
+    calls: list[dict] = []
+    monkeypatch.setattr(runner, "run_playbook", _fake_run(calls))
+    cli.main(["up", str(hosts), "-o", str(tmp_path / "inv"), "--limit", limit, *(["--tags", tags] if tags else [])])
+    assert [(c["limit"], c["tags"]) for c in calls] == [(limit, tags)]
+
+
+# --------------------------------------------------------------------------------------------- one run at a time
+
+
+HOLD = """
+import sys
+from hvdcluster import lock
+with lock.hold(sys.argv[1], "up"):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+@pytest.fixture
+def holder(hosts: Path, tmp_path: Path):
+    """A separate process holding the inventory lock of cluster c1 until the test ends."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(cli.__file__).parents[1]),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / "inv" / "c1")], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().strip() == "held"
+    yield proc
+    proc.stdin.close()
+    proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize("command", ["up", "preflight", "inventory"])
+def test_a_second_run_exits_at_once_naming_the_holder_and_touches_nothing(
+    command: str, hosts: Path, tmp_path: Path, holder: subprocess.Popen, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hvdcluster import runner
+
+    monkeypatch.setattr(runner, "run_playbook", lambda *a, **k: pytest.fail("ansible was started"))
+    before = _listing(tmp_path / "inv")
+    started = time.monotonic()
+    assert cli.main([command, str(hosts), "-o", str(tmp_path / "inv")]) == 1
+    assert time.monotonic() - started < 5
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"hvdcluster: {tmp_path / 'inv' / 'c1'} is in use by pid {holder.pid} (started ")
+    assert err.endswith(", command up); wait for it or stop it") and len(err.splitlines()) == 1
+    assert sorted(before) == ["c1", "c1/.lock"]  # the holder's lock file, nothing else
+    assert _listing(tmp_path / "inv") == before
+
+
+def test_the_lock_is_released_when_its_holder_ends(
+    hosts: Path, tmp_path: Path, holder: subprocess.Popen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert lock.holder(tmp_path / "inv" / "c1")["pid"] == holder.pid
+    holder.stdin.close()
+    holder.wait(timeout=10)
+    assert lock.holder(tmp_path / "inv" / "c1") is None
+    calls: list[dict] = []
+    from hvdcluster import runner
+
+    monkeypatch.setattr(runner, "run_playbook", _fake_run(calls))
+    cli.main(["up", str(hosts), "-o", str(tmp_path / "inv")])
+    assert len(calls) == 1 and (tmp_path / "inv" / "c1" / "hosts.yml").is_file()
+
+
+def test_the_run_holds_the_lock_while_ansible_runs(hosts: Path, tmp_path: Path, monkeypatch) -> None:
+    from hvdcluster import runner
+
+    seen: list[dict | None] = []
+    monkeypatch.setattr(runner, "run_playbook", lambda root, *a, **k: seen.append(lock.holder(root)) or
+                        _fake_run([])(root, *a, **k))
+    cli.main(["preflight", str(hosts), "-o", str(tmp_path / "inv")])
+    assert seen[0]["pid"] == os.getpid() and seen[0]["command"] == "preflight"
+    assert lock.holder(tmp_path / "inv" / "c1") is None

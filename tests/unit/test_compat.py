@@ -4,11 +4,22 @@ rule refuses its inconsistent pair with both choices, its rule id and a source; 
 from __future__ import annotations
 
 import dataclasses
+import re
 from urllib.parse import urlsplit
 
 import pytest
 
-from hvdcluster.compat import RULES, Conflict, NodeInfo, Plan, ResolveError, gpu_row, load_matrix, resolve
+from hvdcluster.compat import (
+    RULES,
+    Conflict,
+    NodeInfo,
+    Plan,
+    ResolveError,
+    gpu_row,
+    load_matrix,
+    resolve,
+    sdist_sha256,
+)
 from hvdcluster.errors import HvdError
 
 DEBIAN12 = NodeInfo(os_id="debian", os_version="12", gcc="12.2.0", python="3.11.2")
@@ -55,11 +66,27 @@ def _rows(node, path=""):
 def test_every_matrix_row_carries_an_http_source():
     matrix = load_matrix()
     sources = matrix.pop("sources")
+    matrix.pop("artifacts")  # pinned digests: their source is the release they were published with (below)
     assert all(url.startswith("https://") for url in sources.values())
     rows = list(_rows(matrix))
     assert len(rows) > 150
     for path, row in rows:
         assert str(row.get("source", "")).startswith(("https://", "http://")), f"{path} has no http(s) source"
+
+
+def test_every_artifact_pins_a_sha256_and_names_its_release_without_a_registry_address():
+    artifacts = load_matrix()["artifacts"]
+    rows = [row for package in artifacts.values() for row in package]
+    assert rows
+    for row in rows:
+        assert re.fullmatch(r"[0-9a-f]{64}", row["sha256"]), row
+        assert row["file"].endswith(".tar.gz") and row["version"] in row["file"]
+        assert row["source"] and "://" not in row["source"]  # a description, never a registry address
+
+
+def test_the_horovod_sdist_digest_is_the_matrix_pin_and_empty_for_a_release_without_one():
+    assert sdist_sha256("0.28.1") == "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0"
+    assert sdist_sha256("0.27.0") == "" and sdist_sha256(None) == ""
 
 
 SOURCE_HOSTS = {
@@ -427,3 +454,69 @@ def test_resolve_error_is_a_user_error_with_one_line_per_conflict():
     assert len(lines) == len(error.conflicts) == 2
     assert lines[0].startswith("cuda-needs-driver: cuda 12.4 needs driver >= 550.54.14")
     assert all("(see https://" in line for line in lines)
+
+
+# --------------------------------------------------------------------------------------------- ranges
+
+
+def test_a_cudnn_release_between_verified_rows_is_judged_by_the_range_that_covers_it():
+    plan = resolve({"cuda": "12.4", "cudnn": "9.11.0"}, DEBIAN12)
+    assert plan.stack["cudnn"] == "9.11.0"
+    assert any("judged by the matrix range 9.11" in note for note in plan.notes)
+    assert resolve({"cuda": "13.0", "cudnn": "9.13.1"}, DEBIAN12).stack["cudnn"] == "9.13.1"
+
+
+def test_a_range_refuses_what_its_source_rules_out():
+    conflict = _only(_refusal({"cuda": "11.8", "cudnn": "9.11"}), "cudnn-vs-cuda")
+    assert "cudnn 9.11 is built for cuda 12.x only" in conflict.message
+    _only(_refusal({"cuda": "13.0", "cudnn": "9.8.0"}), "cudnn-vs-cuda")  # 9.0-9.10: CUDA 11 and 12 only
+
+
+def test_a_release_no_row_or_range_covers_is_refused_naming_the_newest_verified():
+    conflict = _only(_refusal({"cudnn": "9.30"}), "unknown-version")
+    assert "the newest verified is 9.17.0" in conflict.message and "9.0-9.10" in conflict.message
+
+
+def test_defaults_come_from_verified_rows_only():
+    verified = {row["version"] for row in load_matrix()["cudnn"]["releases"] if "version" in row}
+    assert resolve({"cuda": "12.4"}, DEBIAN12).stack["cudnn"] in verified
+
+
+# --------------------------------------------------------------------------------------------- what is listed
+
+
+def test_an_unknown_version_is_reported_once_not_in_every_rule_it_takes_part_in():
+    conflicts = _refusal({"cuda": "12.99"})
+    assert [c.rule for c in conflicts] == ["unknown-version"]
+    conflicts = _refusal({"python": {"packages": ["torch==9.0.0"]}})
+    assert [c.rule for c in conflicts] == ["unknown-version"]
+
+
+def test_conflicts_among_defaults_only_are_not_listed_next_to_the_users_mistake():
+    # No CUDA suits both NCCL 2.8.4 (CUDA 11) and cuDNN 9.17 (CUDA 12/13): the defaulted CUDA then also
+    # clashes with the defaulted torch, which the user never wrote: that one is not listed.
+    conflicts = _refusal({"cudnn": "9.17", "nccl": "2.8.4"})
+    assert [c.rule for c in conflicts] == ["nccl-vs-cuda"]
+    for conflict in conflicts:
+        assert any("(default)" not in choice for choice in conflict.choices), conflict
+
+
+def test_each_conflict_names_the_hosts_yaml_line_of_the_value_the_user_wrote():
+    lines = {"stack.cuda": 4, "stack.driver": 5, "stack.python.packages[1]": 9}
+    with pytest.raises(ResolveError) as caught:
+        resolve({"cuda": "12.4", "driver": "535", "python": {"packages": ["numpy", "torch==2.0.1"]}}, DEBIAN12,
+                lines=lines, path="site/hosts.yaml")
+    conflicts = caught.value.conflicts
+    driver = _only(conflicts, "cuda-needs-driver")
+    assert driver.where == "site/hosts.yaml:4"
+    assert driver.choices == ("stack.cuda=12.4 (line 4)", "stack.driver=535 (line 5)")
+    torch = _only(conflicts, "pytorch-vs-cuda")
+    assert torch.where == "site/hosts.yaml:9" and torch.choices[0] == "stack.python.packages=torch==2.0.1 (line 9)"
+    assert all(line.startswith("site/hosts.yaml:") for line in str(caught.value).splitlines())
+
+
+def test_an_unknown_version_names_its_line():
+    with pytest.raises(ResolveError) as caught:
+        resolve({"cudnn": "9.30"}, DEBIAN12, lines={"stack.cudnn": 7})
+    assert str(caught.value).startswith("hosts.yaml:7: unknown-version: unknown cudnn 9.30")
+

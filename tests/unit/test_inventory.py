@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -11,10 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from hvdcluster import compat, inventory, spec
+from hvdcluster.errors import HvdError
 
 EXPECTED = Path(__file__).parent / "expected" / "inventory"
+FIXTURES = Path(__file__).parent / "bad_hosts" / "fixtures"  # id_test: a private key's shape; ca.pem: a real cert
 
 HOSTS = """\
 cluster: lab-a
@@ -38,8 +42,8 @@ network: {ca_bundle: corp-ca.pem, apt_proxy: "http://proxy.example:3142"}
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> spec.ClusterSpec:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "keys").mkdir()
-    (tmp_path / "keys" / "id_test").write_text("not a real key\n")
-    (tmp_path / "corp-ca.pem").write_text("-----BEGIN CERTIFICATE-----\n")
+    shutil.copy(FIXTURES / "id_test", tmp_path / "keys" / "id_test")
+    shutil.copy(FIXTURES / "ca.pem", tmp_path / "corp-ca.pem")
     (tmp_path / "hosts.yaml").write_text(HOSTS)
     return spec.load("hosts.yaml")
 
@@ -70,7 +74,7 @@ def test_reading_a_rendered_inventory_gives_back_the_same_hosts_and_variables(
     assert back.vars == expected_vars
     assert list(back.hosts) == ["ip-192-168-3-3", "gpu02"]
     assert back.hosts["gpu02"]["hvd_fabric_address"] == "10.0.0.4"
-    assert back.vars["ansible_become"] is True
+    assert back.vars["hvd_become"] is True and "ansible_become" not in back.vars
     assert back.vars["hvd_stack"]["cuda"] == "12.4"
 
 
@@ -85,7 +89,51 @@ def test_ansible_reads_the_inventory_with_every_host_in_the_cluster_group(
     assert sorted(data["hvd_nodes"]["hosts"]) == ["gpu02", "ip-192-168-3-3"]
     gpu02 = data["_meta"]["hostvars"]["gpu02"]
     assert (gpu02["ansible_host"], gpu02["ansible_port"], gpu02["hvd_slots"]) == ("192.168.3.4", 2222, 2)
-    assert gpu02["ansible_user"] == "ubuntu" and gpu02["hvd_base_ca_bundle"] == str(tmp_path / "corp-ca.pem")
+    assert gpu02["ansible_user"] == "ubuntu"
+    # Ansible reads the path as data it must never template (ansible-inventory shows the marker).
+    assert gpu02["hvd_base_ca_bundle"] == {"__ansible_unsafe": str(tmp_path / "corp-ca.pem")}
+
+
+def _tags(text: str) -> dict[str, str]:
+    """Each scalar's value -> the tag it was written with ("" for plain), over a rendered file."""
+    tags: dict[str, str] = {}
+    for event in yaml.parse(text):
+        if isinstance(event, yaml.ScalarEvent):
+            tags[event.value] = event.tag or ""
+    return tags
+
+
+def test_every_string_from_hosts_yaml_is_written_unsafe_unless_a_bare_word(
+    cluster: spec.ClusterSpec, tmp_path: Path
+) -> None:
+    root = inventory.render(cluster, tmp_path / "inventories", compat.resolve(cluster.stack))
+    tags: dict[str, str] = {}
+    for text in rendered_files(root).values():
+        tags.update(_tags(text))
+    for value in (str(tmp_path / "keys" / "id_test"), str(tmp_path / "corp-ca.pem"), "http://proxy.example:3142",
+                  "/opt/hvd/env", "torch==2.6.*"):
+        assert tags[value] == "!unsafe", value
+    for bare in ("ubuntu", "192.168.3.4", "lab-a", "12.4"):  # nothing Jinja could read as code
+        assert tags[bare] in ("", "tag:yaml.org,2002:str"), bare
+    assert tags[inventory.SSH_COMMON_ARGS] == ""  # ours, templated on purpose (inventory_dir)
+
+
+def test_ansible_never_evaluates_a_value_from_hosts_yaml(cluster: spec.ClusterSpec, tmp_path: Path) -> None:
+    # The loader refuses '{{' in every field; the inventory must hold even if such a value got through.
+    hostile = dataclasses.replace(
+        cluster,
+        network=dataclasses.replace(cluster.network, apt_proxy="http://proxy/{{ 6 * 7 }}{{ lookup('env', 'HOME') }}"),
+    )
+    root = inventory.render(hostile, tmp_path / "inventories")
+    ansible = Path(sys.executable).parent / "ansible"
+    proc = subprocess.run(
+        [str(ansible), "gpu02", "-i", str(root / "hosts.yml"), "-m", "ansible.builtin.debug",
+         "-a", json.dumps({"msg": "[{{ hvd_base_apt_proxy }}] [{{ hvd_base_ca_bundle }}/x]"})],
+        capture_output=True, text=True, check=True, env={**os.environ, "ANSIBLE_NOCOLOR": "1"},
+    )
+    assert "[http://proxy/{{ 6 * 7 }}{{ lookup('env', 'HOME') }}]" in proc.stdout
+    assert "42" not in proc.stdout
+    assert f"[{tmp_path / 'corp-ca.pem'}/x]" in proc.stdout  # an unsafe value still renders inside a template
 
 
 def test_rerender_keeps_user_files_and_rewrites_only_its_own(cluster: spec.ClusterSpec, tmp_path: Path) -> None:
@@ -125,3 +173,30 @@ def test_a_cpu_stack_turns_the_gpu_roles_off_and_a_gpu_stack_on() -> None:
     gpu = compat.resolve({"cuda": "12.4", "horovod": {"frameworks": ["pytorch"]}}).stack
     assert inventory.stack_vars(cpu)["hvd_gpu"] is False
     assert inventory.stack_vars(gpu)["hvd_gpu"] is True
+
+
+@pytest.mark.parametrize("damage", ["all: [unclosed\n", "- a list\n", "\xff\xfe"])
+def test_a_damaged_inventory_file_is_one_line_naming_it(
+    cluster: spec.ClusterSpec, tmp_path: Path, damage: str
+) -> None:
+    root = inventory.render(cluster, tmp_path / "inventories")
+    (root / "group_vars" / "all" / "local.yml").write_bytes(damage.encode("latin-1"))
+    with pytest.raises(HvdError) as caught:
+        inventory.read(root)
+    assert str(caught.value).startswith(f"{root / 'group_vars' / 'all' / 'local.yml'}")
+    assert "cannot read the inventory" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_hosts_file_name_cannot_break_out_of_the_header_comment(cluster: spec.ClusterSpec, tmp_path: Path) -> None:
+    odd = dataclasses.replace(cluster, path="hosts.yaml\nansible_become_exe: /tmp/evil")
+    root = inventory.render(odd, tmp_path / "inventories")
+    assert "ansible_become_exe" not in inventory.read(root).vars
+
+
+def test_the_horovod_sdist_pin_is_written_beside_the_horovod_version(cluster: spec.ClusterSpec) -> None:
+    stack = inventory.group_vars(cluster, compat.resolve(cluster.stack))["stack.yml"]
+    assert stack["hvd_horovod_sdist_sha256"] == "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0"
+    names = list(stack)
+    assert names.index("hvd_horovod_sdist_sha256") == names.index("hvd_horovod_version") + 1
+    other = inventory.stack_vars({"horovod": {"version": "0.27.0"}})
+    assert other["hvd_horovod_sdist_sha256"] == ""

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
 from hvdcluster import inventory, launch, spec
 from hvdcluster.errors import HvdError
+
+FIXTURES = Path(__file__).parent / "bad_hosts" / "fixtures"  # id_test: a private key's shape; ca.pem: a real cert
 
 HOSTS = """\
 cluster: c1
@@ -21,7 +24,7 @@ stack: {python: {prefix: /opt/envs/hvd}}
 
 @pytest.fixture
 def inv(tmp_path: Path) -> inventory.Inventory:
-    (tmp_path / "id_test").write_text("key\n")
+    shutil.copy(FIXTURES / "id_test", tmp_path / "id_test")
     (tmp_path / "hosts.yaml").write_text(HOSTS)
     cluster = spec.load(tmp_path / "hosts.yaml")
     root = inventory.render(cluster, tmp_path / "inv")
@@ -52,3 +55,15 @@ def test_more_processes_than_slots_is_refused_naming_the_slots(inv: inventory.In
 def test_a_command_is_required(inv: inventory.Inventory) -> None:
     with pytest.raises(HvdError, match="give the command"):
         launch.build(inv, [])
+
+
+@pytest.mark.parametrize("np", [0, -1])
+def test_fewer_than_one_process_is_refused(inv: inventory.Inventory, np: int) -> None:
+    with pytest.raises(HvdError, match=rf"-np must be at least 1 \(got {np}\)"):
+        launch.build(inv, ["python", "x.py"], np=np)
+
+
+def test_the_interface_the_inventory_names_is_used_without_asking_a_node(inv: inventory.Inventory) -> None:
+    assert launch.recorded_interface(inv) is None
+    named = inventory.Inventory(inv.path, inv.hosts, {**inv.vars, "hvd_fabric_interface": "ib0"})
+    assert launch.recorded_interface(named) == "ib0"

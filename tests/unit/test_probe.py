@@ -37,3 +37,10 @@ def test_nodes_that_would_need_different_builds_are_refused(other: str, field: s
 
 def test_an_empty_probe_leaves_the_resolver_free() -> None:
     assert probe.merge([probe.parse("a", "")]) == compat.NodeInfo(gpus=())
+
+
+def test_a_node_cannot_put_terminal_escapes_into_what_is_printed() -> None:
+    facts = probe.parse("a", "os=debian 12\ngpu=NVIDIA \x1b]0;owned\x07H100\x1b[2J\n")
+    assert facts.gpus == ("NVIDIA ]0;ownedH100[2J",)
+    assert "\x1b" not in probe.describe(facts)
+
