@@ -7,8 +7,12 @@ hvd.DistributedOptimizer: 4 ranks, 2 per node, identical parameters at the end.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import signal
 import subprocess
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -101,3 +105,80 @@ def test_up_repairs_a_node_whose_horovod_was_removed(converged, lab2: Lab) -> No
     assert tasks[ALLREDUCE] == {"ok"}, tasks  # and the cluster proven again
     check = lab2.exec(2, "/opt/hvd/env/bin/horovodrun", "--check-build")
     assert check.returncode == 0 and "[X] PyTorch" in check.stdout, check.stdout + check.stderr
+
+
+# ------------------------------------------------------------------------------------------ runs cut short
+
+ENV_UNPACKING = "ls -d /opt/hvd/.env.hvd-new-*"
+# ([p]ip, [t]ar: the pattern must not match the shell that runs pgrep)
+WHEEL_INSTALLING = "pgrep -f '[p]ip install --no-deps --no-index --force-reinstall'"
+# What a dropped connection or a crash does on the node: the unpacking tar and the module above it die.
+KILL_UNPACK = ("p=$(pgrep -f '[t]ar -C /opt/hvd/.env.hvd-new' | head -n1) && "
+               "kill -KILL $p $(ps -o ppid= -p $p)")
+KILL_INSTALL = "pkill -KILL -f '[p]ip install --no-deps --no-index --force-reinstall'"
+
+
+def interrupt_up(cli: Cli, lab: Lab, node: int, when: str, sig: signal.Signals, on_node: str | None,
+                 log: Path) -> None:
+    """Start `up`, and the moment `when` succeeds on the node, send `sig` to the controller (hvdcluster,
+    ansible-playbook and its ssh clients: the whole process group) and run `on_node` there."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen([str(cli.bin / "hvdcluster"), "up", "hosts.yaml"], cwd=cli.cwd, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 900
+        try:
+            while proc.poll() is None and time.monotonic() < deadline:
+                if lab.exec(node, "sh", "-c", when).returncode == 0:
+                    os.killpg(proc.pid, sig)
+                    if on_node:
+                        lab.exec(node, "sh", "-c", on_node)
+                    break
+                time.sleep(0.1)
+            else:
+                pytest.fail(f"up ended (rc {proc.returncode}) before `{when}` held on node{node}: {log.read_text()[-3000:]}")
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    assert proc.returncode != 0, "the interrupted run reported success"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["sigint", "sigkill"])
+def test_up_cut_short_while_the_env_unpacks_and_while_the_wheel_installs_is_repaired_by_a_plain_up(
+        converged, lab2: Lab, tmp_path: Path, sig: signal.Signals) -> None:
+    hard = sig == signal.SIGKILL
+    # node2 needs the env again (its completion marker gone): the next up unpacks it there, and then Horovod
+    assert lab2.exec(2, "rm", "/opt/hvd/env/.hvd-env-key").returncode == 0
+    interrupt_up(converged, lab2, 2, ENV_UNPACKING, sig, KILL_UNPACK if hard else None, tmp_path / "env.log")
+    # whatever the moment, the prefix never holds a half env that claims to be complete
+    key = lab2.exec(2, "cat", "/opt/hvd/env/.hvd-env-key")
+    if key.returncode == 0:
+        assert lab2.exec(2, "/opt/hvd/env/bin/python", "-I", "-c", "import torch").returncode == 0
+    interrupt_up(converged, lab2, 2, WHEEL_INSTALLING, sig, KILL_INSTALL if hard else None, tmp_path / "wheel.log")
+    rc, doc, err = converged.up_json()
+    assert rc == 0, err[-4000:]
+    tasks = task_outcomes(doc["log"])
+    assert "ok" in tasks["Check every rank's sum"], tasks  # the cluster is proven again
+    assert lab2.exec(2, "sh", "-c", "ls -d /opt/hvd/.env.hvd-*").stdout == ""  # no leftovers beside the env
+    check = lab2.exec(2, "/opt/hvd/env/bin/horovodrun", "--check-build")
+    assert check.returncode == 0 and "[X] PyTorch" in check.stdout, check.stdout + check.stderr
+
+
+def test_a_truncated_env_in_the_controller_cache_is_detected_named_and_rebuilt(converged, lab2: Lab) -> None:
+    cache = Path(os.environ.get("HVDCLUSTER_CACHE", Path.home() / ".cache" / "hvdcluster")) / "envs"
+    key = lab2.exec(1, "cat", "/opt/hvd/env/.hvd-env-key").stdout.strip()
+    archive = cache / f"env-{key}.tar.zst"
+    data = archive.read_bytes()
+    archive.write_bytes(data[: len(data) // 3])
+    assert lab2.exec(2, "rm", "/opt/hvd/env/.hvd-env-key").returncode == 0  # node2 needs it
+    rc, doc, err = converged.up_json()
+    assert rc == 0, err[-4000:]
+    log = Path(doc["log"]).read_text()
+    assert f"{archive} is corrupt or truncated" in log
+    assert archive.stat().st_size > len(data) // 3
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    assert (cache / f"env-{key}.tar.zst.sha256").read_text().split()[0] == digest
+    assert "Check every rank's sum" in task_outcomes(doc["log"])
+    # the rebuild happened on node2, which needed the env anyway: node1's working env was left alone
+    assert doc["hosts"]["node1"]["changed"] == 0, changed_tasks(doc["log"], "node1")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import subprocess
+import time
 
 import pytest
 
@@ -82,6 +83,28 @@ def test_a_changed_host_key_is_refused(hvd, lab3: Lab, tmp_path) -> None:
     finally:
         lab3.exec(2, "sh", "-c", "cp -p /root/hostkeys/* /etc/ssh/ && kill -HUP 1")
         lab3.wait_for_ssh()
+
+
+def test_a_second_up_on_the_same_inventory_stops_at_once_naming_the_first(hvd, lab3: Lab) -> None:
+    lock = lab3.workdir / "inventories" / "ct3" / ".lock"
+    first = subprocess.Popen([str(hvd.bin / "hvdcluster"), "up", "hosts.yaml"], cwd=hvd.cwd,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while f'"pid": {first.pid}' not in (lock.read_text() if lock.exists() else ""):
+            assert first.poll() is None and time.monotonic() < deadline, "the first up did not take the lock"
+            time.sleep(0.1)
+        runs = sorted((lab3.workdir / "inventories" / "ct3" / "runs" / "artifacts").iterdir())
+        started = time.monotonic()
+        second = hvd("up", "hosts.yaml")
+        assert second.returncode == 1 and time.monotonic() - started < 30
+        assert f"is in use by pid {first.pid}" in second.stderr and "command up" in second.stderr, second.stderr
+        # the second run started nothing: no new run folder besides the first's
+        after = sorted((lab3.workdir / "inventories" / "ct3" / "runs" / "artifacts").iterdir())
+        assert len(after) <= len(runs) + 1
+    finally:
+        _, err = first.communicate(timeout=900)
+    assert first.returncode == 0, err[-4000:]
 
 
 def test_stopped_node_is_named_unreachable_while_the_others_converge(hvd, lab3: Lab) -> None:
