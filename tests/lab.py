@@ -57,6 +57,10 @@ class Lab:
     fabric_ports: dict[int, int] = field(default_factory=dict)
     shm_size: str = "512m"  # NCCL/Gloo need more than Docker's 64 MiB (hvd_preflight checks it)
     shm_sizes: dict[int, str] = field(default_factory=dict)
+    # The account hosts.yaml logs in as. Not root: a user with passwordless sudo is made on every node first
+    # (as a cloud image has one), and root's login key is moved to it.
+    user: str = "root"
+    wheelhouse: bool = True  # offer this machine's wheelhouse (PIP_FIND_LINKS) to the nodes
 
     @property
     def docker_network(self) -> str:
@@ -97,9 +101,28 @@ class Lab:
             docker("run", "-d", "--name", self.container(i), "--hostname", self.hostnames.get(i, node),
                    "--label", f"{LABEL}={self.name}", "--network", self.docker_network, "--shm-size", self.shm_sizes.get(i, self.shm_size),
                    "-p", "127.0.0.1::22", "-e", f"SSH_AUTHORIZED_KEY={pub}", *self.docker_args.get(i, []), IMAGE)
-        self.write_hosts_yaml()
         self.wait_for_ssh()
+        if self.user != "root":
+            for i in range(1, self.nodes + 1):
+                self.add_sudo_user(i)
+        self.write_hosts_yaml()
         return self.hosts_yaml
+
+    def add_sudo_user(self, index: int) -> None:
+        """A login user with passwordless sudo, holding the controller's key (root's is removed)."""
+        user = self.user
+        script = (
+            "set -e; export DEBIAN_FRONTEND=noninteractive; "
+            "apt-get update -qq && apt-get install -y -qq --no-install-recommends sudo >/dev/null; "
+            f"id {user} >/dev/null 2>&1 || useradd -m -s /bin/bash {user}; "
+            f"echo '{user} ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/90-{user}; chmod 0440 /etc/sudoers.d/90-{user}; "
+            f"install -d -m 0700 -o {user} -g {user} /home/{user}/.ssh; "
+            f"install -m 0600 -o {user} -g {user} /root/.ssh/authorized_keys /home/{user}/.ssh/authorized_keys; "
+            ": > /root/.ssh/authorized_keys"
+        )
+        proc = self.exec(index, "sh", "-c", script)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{self.container(index)}: making user {user} failed: {proc.stderr[-2000:]}")
 
     def port(self, index: int) -> int:
         return int(docker("port", self.container(index), "22/tcp").splitlines()[0].rsplit(":", 1)[1])
@@ -109,7 +132,7 @@ class Lab:
             f"# Local container cluster {self.name!r} (tests/lab.py): controller -> 127.0.0.1:<port>,",
             "# node -> node by container name on a private Docker network.",
             f"cluster: {self.name}",
-            f"ssh: {{user: root, identity: {self.key.name}}}",
+            f"ssh: {{user: {self.user}, identity: {self.key.name}}}",
             "hosts:",
         ]
         slots = f", slots: {self.slots}" if self.slots else ""
@@ -121,7 +144,7 @@ class Lab:
         if ca:
             network.setdefault("ca_bundle", ca)
         wheels = os.environ.get("PIP_FIND_LINKS", "")
-        if wheels and Path(wheels).is_dir():  # a local wheelhouse (here: the CPU build of PyTorch)
+        if self.wheelhouse and wheels and Path(wheels).is_dir():  # a local wheelhouse (here: the CPU build of PyTorch)
             network.setdefault("wheelhouse", wheels)
         if self.stack:
             lines.append(f"stack: {json.dumps(self.stack)}")
@@ -151,8 +174,10 @@ class Lab:
         self.write_hosts_yaml()
         self.wait_for_ssh()
 
-    def exec(self, index: int, *command: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["docker", "exec", self.container(index), *command], capture_output=True, text=True)
+    def exec(self, index: int, *command: str, user: str | None = None) -> subprocess.CompletedProcess[str]:
+        """Run a command in a node's container (as root, or as ``user``)."""
+        who = ["-u", user] if user else []
+        return subprocess.run(["docker", "exec", *who, self.container(index), *command], capture_output=True, text=True)
 
 
 def main(argv: list[str] | None = None) -> int:

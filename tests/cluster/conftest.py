@@ -46,10 +46,53 @@ class Cli:
         return proc.returncode, doc, proc.stderr
 
 
+# The login user of the shared clusters is not root (README's own example): passwordless sudo.
+SUDO_USER = "hvdadmin"
+
+# Another local user's traps: folders under every name hvdcluster took in world-writable folders before it had a
+# private one (and a few it might), each holding a Makefile, a configure script and Python modules that leave a
+# flag in FLAGS when anything runs them.
+FLAGS = "/var/tmp/trap-flags"
+TRAP_DIRS = ["/var/tmp/hvd-pyenv", "/var/tmp/hvd-verify", "/var/tmp/hvd-horovod", "/var/tmp/hvd-openmpi-",
+             "/var/tmp/hvd-wheels", "/tmp/hvd-pyenv", "/tmp/hvd-verify", "/tmp/hvd-horovod", "/dev/shm/hvd-verify"]
+TRAP_MODULES = ["torch", "horovod", "sitecustomize", "usercustomize", "numpy", "setuptools", "pip", "encodings",
+                "json", "socket", "allreduce", "lock"]
+
+
+def plant_traps(lab: Lab) -> None:
+    """On every node, as an unprivileged local user (mallory): every trap folder, each holding code that flags."""
+    flag = f"open('{FLAGS}/' + __name__ + '-' + __file__.replace('/', '_'), 'w').close()\n"
+    make = f"all install:\n\ttouch {FLAGS}/make-$$(pwd | tr / _)\n"
+    script = [f"mkdir -p {FLAGS} && chmod 1777 {FLAGS}"]
+    for folder in TRAP_DIRS:
+        script.append(f"mkdir -p {folder} && chmod 0777 {folder}")
+        script.append(f"printf '%s' '{make}' > {folder}/Makefile")
+        script.append(f"printf '#!/bin/sh\\ntouch {FLAGS}/configure\\n' > {folder}/configure && chmod +x {folder}/configure")
+        script += [f"printf '%s' \"{flag}\" > {folder}/{module}.py" for module in TRAP_MODULES]
+    for i in range(1, lab.nodes + 1):
+        made = lab.exec(i, "sh", "-c", "id mallory >/dev/null 2>&1 || useradd -m -s /bin/sh mallory")
+        assert made.returncode == 0, made.stderr
+        planted = lab.exec(i, "su", "mallory", "-c", " && ".join(script))
+        assert planted.returncode == 0, planted.stderr
+
+
+def assert_no_trap_fired(lab: Lab) -> None:
+    """No trap ran, nothing of ours went into the trap folders, and our own work folder is root's, 0700."""
+    for i in range(1, lab.nodes + 1):
+        fired = lab.exec(i, "ls", "-A", FLAGS)
+        assert fired.returncode == 0 and fired.stdout.strip() == "", f"node{i}: traps fired: {fired.stdout}"
+        for folder in TRAP_DIRS:
+            ours = lab.exec(i, "find", folder, "-not", "-user", "mallory")
+            assert ours.stdout.strip() == "", f"node{i}: {ours.stdout}"
+        info = lab.exec(i, "stat", "-c", "%U %a %F", "/var/lib/hvdcluster")
+        assert info.stdout.split() == ["root", "700", "directory"], info.stdout + info.stderr
+
+
 @pytest.fixture(scope="module")
 def lab3(node_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
-    lab = Lab("ct3", 3, tmp_path_factory.mktemp("ct3"))
+    lab = Lab("ct3", 3, tmp_path_factory.mktemp("ct3"), user=SUDO_USER)
     lab.up()
+    plant_traps(lab)
     yield lab
     lab.down()
 

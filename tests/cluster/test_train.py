@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import Cli, changed_tasks, task_outcomes
+from tests.cluster.conftest import SUDO_USER, Cli, changed_tasks, task_outcomes
 from tests.lab import Lab
 
 pytestmark = pytest.mark.containers
@@ -30,7 +30,7 @@ LINE = re.compile(r"train rank=(\d+) size=(\d+) local_rank=(\d+) host=(\S+) star
 @pytest.fixture(scope="module")
 def lab2(node_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
     stack = {"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]}}
-    lab = Lab("ct2", 2, tmp_path_factory.mktemp("ct2"), slots=2, stack=stack)
+    lab = Lab("ct2", 2, tmp_path_factory.mktemp("ct2"), slots=2, stack=stack, user=SUDO_USER)
     lab.up()
     yield lab
     lab.down()
@@ -57,6 +57,14 @@ def test_run_trains_on_four_ranks_two_per_node_and_ends_with_identical_parameter
     assert len({r[5] for r in ranks}) == 1, "ranks ended with different parameters"
     assert {r[5] for r in ranks} != {r[4] for r in ranks}, "training did not change the parameters"
     assert len({r[6] for r in ranks}) > 1, "every rank should have seen its own data"
+
+
+def test_run_starts_every_rank_as_the_login_user_with_the_envs_python(converged, lab2: Lab) -> None:
+    code = "import getpass, socket, sys; print(f'who={getpass.getuser()}@{socket.gethostname()} py={sys.prefix}')"
+    proc = converged("run", "-np", "4", "--", "python", "-c", code)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    seen = sorted(re.findall(r"who=\S+ py=\S+", proc.stdout))
+    assert seen == sorted([f"who={SUDO_USER}@node{n} py=/opt/hvd/env" for n in (1, 1, 2, 2)]), proc.stdout
 
 
 def test_run_print_shows_the_horovodrun_command_without_running_it(converged) -> None:

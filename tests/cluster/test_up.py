@@ -12,13 +12,16 @@ import time
 
 import pytest
 
+from tests.cluster.conftest import assert_no_trap_fired
 from tests.lab import Lab
 
 pytestmark = pytest.mark.containers
 
 
 def ssh_from(lab: Lab, src: int, target: str) -> subprocess.CompletedProcess[str]:
-    return lab.exec(src, "ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", target, "hostname")
+    """As the cluster's login user on node `src` (not root: the lab's user has sudo)."""
+    return lab.exec(src, "ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", target, "hostname",
+                    user=lab.user)
 
 
 def test_wheel_install_runs_from_outside_the_checkout_with_its_own_ansible_content(hvd) -> None:
@@ -39,6 +42,11 @@ def test_up_converges_every_node_and_every_node_reaches_every_other(hvd, lab3: L
         assert by_name.returncode == 0 and by_name.stdout.strip() == f"node{dst}", by_name.stderr
         by_fabric = ssh_from(lab3, src, lab3.container(dst))
         assert by_fabric.returncode == 0 and by_fabric.stdout.strip() == f"node{dst}", by_fabric.stderr
+
+
+def test_no_trap_of_another_local_user_fired_and_our_work_folder_is_private(hvd, lab3: Lab) -> None:
+    assert lab3.user != "root" and f"user: {lab3.user}" in lab3.hosts_yaml.read_text()
+    assert_no_trap_fired(lab3)
 
 
 def test_second_up_changes_nothing(hvd) -> None:

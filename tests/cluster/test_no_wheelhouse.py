@@ -1,0 +1,111 @@
+"""The user's default: no wheelhouse. Every package of the env comes from a package index.
+
+Here the index is a plain PEP 503 folder served over HTTP from this machine to the lab's own Docker network (the
+nodes can reach nothing else that holds a CPU build of PyTorch), named in hosts.yaml as `network.pip_index`, the way
+a company mirror is. The login user is not root. The run converges the layers the env needs (pre-flight, base,
+SSH mesh, the env); Horovod and the post-flight are proven on the same roles by the shared clusters.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.conftest import SUDO_USER, Cli
+from tests.lab import Lab, docker
+
+pytestmark = pytest.mark.containers
+
+PACKAGES = ["torch==2.13.0", "wheel", "setuptools", "cloudpickle", "psutil", "pyyaml", "packaging"]
+
+
+def _project(filename: str) -> str:
+    name = re.split(r"-\d", filename, maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A PEP 503 index of what the stack needs: PyPI's files as this machine's pip finds them (its own
+    wheelhouse for the CPU build of PyTorch), laid out as `simple/<project>/index.html`."""
+    root = tmp_path_factory.mktemp("index")
+    files = root / "files"
+    pip = [sys.executable, "-m", "pip", "download", "-q", "--progress-bar", "off", "-d", str(files)]
+    subprocess.run([*pip, "--only-binary", ":all:", *PACKAGES], check=True, capture_output=True, text=True)
+    projects: dict[str, list[str]] = {}
+    for path in sorted(files.iterdir()):
+        projects.setdefault(_project(path.name), []).append(path.name)
+    for project, names in projects.items():
+        page = root / "simple" / project
+        page.mkdir(parents=True)
+        links = "".join(f'<a href="../../files/{name}">{name}</a>\n' for name in names)
+        (page / "index.html").write_text(f"<!DOCTYPE html><html><body>\n{links}</body></html>\n")
+    return root
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def lab(node_image: str, index_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Lab:
+    lab = Lab("nw", 2, tmp_path_factory.mktemp("nw"), user=SUDO_USER, wheelhouse=False)
+    lab.up()
+    # The index listens on this machine's address on the lab's own network, and nowhere else.
+    gateway = docker("network", "inspect", lab.docker_network, "-f", "{{(index .IPAM.Config 0).Gateway}}")
+    server = http.server.ThreadingHTTPServer((gateway, 0), functools.partial(_QuietHandler, directory=str(index_dir)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    lab.network = {"pip_index": f"http://{gateway}:{server.server_address[1]}/simple/"}
+    lab.write_hosts_yaml()
+    yield lab
+    server.shutdown()
+    lab.down()
+
+
+@pytest.fixture(scope="module")
+def cli(installed: Path, lab: Lab) -> Cli:
+    return Cli(installed, lab.workdir)
+
+
+ENV_LAYERS = "hvd_preflight,hvd_base,hvd_ssh_mesh,hvd_pyenv"
+
+
+def test_up_with_no_wheelhouse_builds_the_env_from_the_index(cli: Cli, lab: Lab) -> None:
+    hosts = lab.hosts_yaml.read_text()
+    assert f"user: {SUDO_USER}" in hosts and "wheelhouse" not in hosts and "pip_index" in hosts
+    rc, doc, err = cli.up_json("--tags", ENV_LAYERS)
+    assert rc == 0, err[-6000:]
+    assert set(doc["hosts"]) == {"node1", "node2"}
+    # the env came from the index, locked with every file's sha256, identical on both nodes
+    locks = [lab.exec(i, "cat", "/opt/hvd/env/hvd-requirements.lock").stdout for i in (1, 2)]
+    assert locks[0] == locks[1] and re.search(r"^torch==2\.13\.0\+cpu --hash=sha256:[0-9a-f]{64}$", locks[0], re.M)
+    assert lab.network["pip_index"] in lab.exec(1, "cat", "/etc/pip.conf").stdout
+    for i in (1, 2):
+        torch = lab.exec(i, "/opt/hvd/env/bin/python", "-I", "-c", "import torch; print(torch.__version__)",
+                         user=SUDO_USER)
+        assert torch.stdout.strip() == "2.13.0+cpu", torch.stderr
+
+
+def test_a_state_folder_made_by_someone_else_is_refused_by_name(cli: Cli, lab: Lab) -> None:
+    """A /var/lib/hvdcluster that is not root's 0700 (here: opened up to everyone) is never used."""
+    assert lab.exec(2, "chmod", "0777", "/var/lib/hvdcluster").returncode == 0
+    assert lab.exec(2, "rm", "-f", "/opt/hvd/env/.hvd-env-key").returncode == 0  # node2 needs the env again
+    try:
+        rc, doc, err = cli.up_json("--tags", ENV_LAYERS)
+        assert rc == 1
+        failure = " ".join(str(f) for f in doc.get("failures", [])) + err
+        assert "/var/lib/hvdcluster has mode 0777, not 0700" in failure, failure[-4000:]
+        assert doc["hosts"]["node2"]["failed"] >= 1
+    finally:
+        assert lab.exec(2, "chmod", "0700", "/var/lib/hvdcluster").returncode == 0
+    rc, doc, err = cli.up_json("--tags", ENV_LAYERS)
+    assert rc == 0, err[-4000:]
+    assert lab.exec(2, "cat", "/opt/hvd/env/.hvd-env-key").returncode == 0
