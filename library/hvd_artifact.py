@@ -37,6 +37,7 @@ RETURN = r"""
 valid: {description: The file exists and matches., type: bool, returned: state=verified}
 sha256: {description: The file's digest (when it exists)., type: str, returned: when the file exists}
 reason: {description: Why the file is not valid., type: str, returned: when not valid}
+removed: {description: "A file that did not match was removed (with its .sha256).", type: bool, returned: state=verified}
 path: {description: The artifact's path., type: str, returned: state=verified}
 """
 
@@ -126,14 +127,13 @@ def main() -> None:
         result = verify(p["path"], p["sha256"])
     except (ValueError, OSError) as exc:
         module.fail_json(msg=str(exc))
-    changed = False
-    if not result["valid"] and result["sha256"] is not None and p["remove_invalid"]:
-        changed = True
-        if not module.check_mode:
-            remove(p["path"])
+    removed = not result["valid"] and result["sha256"] is not None and p["remove_invalid"]
+    if removed and not module.check_mode:
+        remove(p["path"])
     if not result["valid"] and p["fail_invalid"]:
-        module.fail_json(msg=result["reason"], changed=changed, **{k: v for k, v in result.items() if k != "reason"})
-    module.exit_json(changed=changed, path=p["path"], **result)
+        module.fail_json(msg=result["reason"], changed=removed, removed=removed,
+                         **{k: v for k, v in result.items() if k != "reason"})
+    module.exit_json(changed=removed, removed=removed, path=p["path"], **result)
 
 
 if __name__ == "__main__":

@@ -131,9 +131,10 @@ def test_artifact_module_removes_an_invalid_file_unless_in_check_mode(tmp_path: 
     target.write_bytes(b"x")
     (tmp_path / "env.tar.zst.sha256").write_text(sha(b"y") + "  env.tar.zst\n")
     looked = run_module("hvd_artifact", {"path": str(target)}, check=True)
-    assert looked["valid"] is False and looked["changed"] and target.exists()
+    assert looked["valid"] is False and looked["changed"] and looked["removed"] and target.exists()
     result = run_module("hvd_artifact", {"path": str(target)})
-    assert result["valid"] is False and "corrupt or truncated" in result["reason"]
+    assert result["valid"] is False and result["removed"] and "corrupt or truncated" in result["reason"]
+    assert run_module("hvd_artifact", {"path": str(target)})["removed"] is False  # missing: nothing to remove
     assert not target.exists() and not (tmp_path / "env.tar.zst.sha256").exists()
     failed = run_module("hvd_artifact", {"path": str(target), "sha256": sha(b"y"), "fail_invalid": True})
     assert failed["failed"] and "missing" in failed["msg"]
