@@ -35,8 +35,9 @@ def _ansible_env() -> dict[str, str]:
         "ANSIBLE_ROLES_PATH": str(home / "roles"),
         "ANSIBLE_LIBRARY": str(home / "library"),
         "ANSIBLE_MODULE_UTILS": str(home / "module_utils"),
-        # ansible-runner turns host key checking off unless told otherwise. We never do.
+        # ansible-runner turns host key checking off unless told otherwise. We never do (nor does paramiko).
         "ANSIBLE_HOST_KEY_CHECKING": "True",
+        "ANSIBLE_PARAMIKO_HOST_KEY_AUTO_ADD": "False",
         "ANSIBLE_NOCOLOR": "1",
         # A PATH on which ansible finds the interpreter and tools of this installation.
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
@@ -65,7 +66,7 @@ def run_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
     """What a run sets over the operator's environment (which ansible-runner passes on): hvdcluster's own
     configuration, and host key checking on for both connection plugins, whatever ANSIBLE_* says."""
     check_environment(environ)
-    return {**_ansible_env(), "ANSIBLE_PARAMIKO_HOST_KEY_AUTO_ADD": "False"}
+    return _ansible_env()
 
 
 _SECRET_NAME = re.compile(r"PASS|TOKEN|SECRET|CRED|AUTH|_KEY$|^AWS_|PROXY", re.I)
