@@ -35,6 +35,7 @@ def _ansible_env() -> dict[str, str]:
         "ANSIBLE_ROLES_PATH": str(home / "roles"),
         "ANSIBLE_LIBRARY": str(home / "library"),
         "ANSIBLE_MODULE_UTILS": str(home / "module_utils"),
+        "ANSIBLE_FILTER_PLUGINS": str(home / "filter_plugins"),
         # ansible-runner turns host key checking off unless told otherwise. We never do (nor does paramiko).
         "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_PARAMIKO_HOST_KEY_AUTO_ADD": "False",

@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import ROOT
 
 _spec = importlib.util.spec_from_file_location(
-    "hvd_preflight_filters", ROOT / "roles" / "hvd_preflight" / "filter_plugins" / "hvd_preflight.py")
+    "hvd_preflight_filters", ROOT / "filter_plugins" / "hvd_preflight.py")
 rules = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(rules)
 
