@@ -145,6 +145,15 @@ def sdist_sha256(version: str | None, package: str = "horovod") -> str:
     return ""
 
 
+def nvidia_wheel_sha256() -> dict[str, list[str]]:
+    """``name==version`` -> the sha256 of each of its files, for NVIDIA's wheels (the matrix's
+    ``artifacts.nvidia_wheels``): what hvd_gpu_component checks every wheel it unpacks against."""
+    return {
+        f"{row['name']}=={row['version']}": [str(digest) for digest in row["sha256"]]
+        for row in _matrix().get("artifacts", {}).get("nvidia_wheels", ())
+    }
+
+
 # --------------------------------------------------------------------------------------------- versions
 
 

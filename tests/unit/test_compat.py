@@ -76,12 +76,18 @@ def test_every_matrix_row_carries_an_http_source():
 
 def test_every_artifact_pins_a_sha256_and_names_its_release_without_a_registry_address():
     artifacts = load_matrix()["artifacts"]
-    rows = [row for package in artifacts.values() for row in package]
+    rows = [row for name, package in artifacts.items() if name != "nvidia_wheels" for row in package]
     assert rows
     for row in rows:
         assert re.fullmatch(r"[0-9a-f]{64}", row["sha256"]), row
         assert row["file"].endswith(".tar.gz") and row["version"] in row["file"]
         assert row["source"] and "://" not in row["source"]  # a description, never a registry address
+    wheels = artifacts["nvidia_wheels"]
+    assert wheels
+    for row in wheels:  # one digest per file the release publishes (x86_64, aarch64)
+        assert row["sha256"] and all(re.fullmatch(r"[0-9a-f]{64}", d) for d in row["sha256"]), row
+        assert re.fullmatch(r"nvidia-[a-z]+-cu1[0-9]", row["name"]) and row["version"] in row["source"], row
+        assert "://" not in row["source"], row
 
 
 def test_the_horovod_sdist_digest_is_the_matrix_pin_and_empty_for_a_release_without_one():
