@@ -7,6 +7,12 @@ unpacked into a fresh sibling folder, checked (``check_argv``), given the owners
 completion ``marker``; only then is it renamed into place, the old tree kept until that rename and removed
 after it. A tree whose ``marker`` already holds ``marker_content`` is left alone.
 
+Before the markers, the new tree's manifest (``.hvd-manifest``: every file's size, modification time and sha256)
+is written, so ``state: verified`` can tell later, read-only, whether the tree is still what was installed: a
+file missing, or changed in size or time (``deep``: in content) is named; files added later are named only with
+``exact`` (Horovod and hvdcluster's own scripts are installed into the env after it). Python's ``__pycache__`` is
+left out: importing as root writes it.
+
 ``state: absent`` removes ``path`` only when it carries one of our markers; ``state: owned`` makes an empty
 ``path`` with the ownership marker (a build in place starts from it). A ``path`` that exists without our markers
 is refused, never deleted: ``/usr`` or a user's folder typed as a prefix must not be wiped.
@@ -14,6 +20,7 @@ is refused, never deleted: ``/usr`` or a user's folder typed as a prefix must no
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -27,7 +34,13 @@ module: hvd_tree
 short_description: Install an archive as a folder tree atomically, or remove/create a tree only if it is ours
 options:
   path: {description: The tree (absolute)., type: path, required: true}
-  state: {description: unpacked, owned or absent., type: str, choices: [unpacked, owned, absent], default: unpacked}
+  state:
+    description: unpacked, owned, absent or verified (read-only).
+    type: str
+    choices: [unpacked, owned, absent, verified]
+    default: unpacked
+  deep: {description: "verified: compare every file's sha256 too, not only size and time.", type: bool, default: false}
+  exact: {description: "verified: files the manifest does not list count as differences too.", type: bool, default: false}
   src: {description: "unpacked: the archive on the node (.tar, .tar.gz, .tar.zst).", type: path}
   sha256: {description: "unpacked: the archive's expected sha256.", type: str}
   marker: {description: Completion marker file inside the tree, written last., type: str, default: .hvd-complete}
@@ -44,7 +57,12 @@ author: hvdcluster
 
 RETURN = r"""
 previous: {description: "unpacked: the marker content the replaced tree had ('' when none).", type: str}
+intact: {description: "verified: the tree is complete (marker) and every file is as installed.", type: bool}
+differences: {description: "verified: what differs (at most 20), e.g. 'changed: lib/x.py', 'missing: bin/y'.", type: list}
 """
+
+MANIFEST = ".hvd-manifest"
+_SKIP_DIRS = {"__pycache__"}
 
 
 def read_marker(path: str, marker: str) -> str:
@@ -97,6 +115,59 @@ def write_file(path: str, content: str) -> None:
     os.chmod(path, 0o644)
 
 
+def _walk(root: str, skip: set[str]):
+    """Every file and link below ``root`` as (relative path, lstat), ``__pycache__`` and ``skip`` left out."""
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not os.path.islink(os.path.join(folder, d)))
+        links = [d for d in os.listdir(folder) if os.path.islink(os.path.join(folder, d)) and d not in files]
+        for name in sorted(files + links):
+            full = os.path.join(folder, name)
+            rel = os.path.relpath(full, root)
+            if rel not in skip:
+                yield rel, os.lstat(full)
+
+
+def _entry(full: str, info: os.stat_result, content: bool) -> list:
+    if stat.S_ISLNK(info.st_mode):
+        return ["link", os.readlink(full)]
+    return [info.st_size, info.st_mtime_ns, sha256_of(full) if content else ""]
+
+
+def write_manifest(root: str, skip: set[str]) -> None:
+    """Record every file of ``root`` (size, mtime, sha256; links by target) in ``root/.hvd-manifest``."""
+    entries = {rel: _entry(os.path.join(root, rel), info, True) for rel, info in _walk(root, skip | {MANIFEST})}
+    write_file(os.path.join(root, MANIFEST), json.dumps(entries, sort_keys=True, separators=(",", ":")) + "\n")
+
+
+def verify(root: str, skip: set[str], deep: bool = False, exact: bool = False, most: int = 20) -> list[str]:
+    """What differs between ``root`` and its manifest: missing or changed files (``deep``: by content), and with
+    ``exact`` files it does not list."""
+    try:
+        with open(os.path.join(root, MANIFEST), encoding="utf-8") as handle:
+            recorded = json.load(handle)
+    except (OSError, ValueError):
+        return [f"no manifest: {root} was not installed by this version of hvdcluster"]
+    found = dict(_walk(root, skip | {MANIFEST}))
+    differences = [f"missing: {rel}" for rel in sorted(set(recorded) - set(found))]
+    if exact:
+        differences += [f"added: {rel}" for rel in sorted(set(found) - set(recorded))]
+    for rel in sorted(set(recorded) & set(found)):
+        want = recorded[rel]
+        full = os.path.join(root, rel)
+        now = _entry(full, found[rel], False)
+        if want[0] == "link" or now[0] == "link":
+            same = want == now
+        else:
+            same = want[0] == now[0] and want[1] == now[1]
+            if same and deep:
+                same = sha256_of(full) == want[2]
+        if not same:
+            differences.append(f"changed: {rel}")
+        if len(differences) > most:
+            break
+    return differences[:most]
+
+
 def unpack(src: str, sha256: str, path: str, marker: str, marker_content: str, owner_marker: str,
            check_argv: list[str]) -> str:
     """Install ``src`` at ``path`` atomically; returns the marker content of the tree it replaced."""
@@ -122,6 +193,7 @@ def unpack(src: str, sha256: str, path: str, marker: str, marker_content: str, o
             if proc.returncode != 0:
                 raise ValueError(f"the unpacked tree fails its check ({' '.join(argv)}): "
                                  f"{(proc.stderr or proc.stdout).strip()[-500:]}")
+        write_manifest(new, {owner_marker, marker})
         write_file(os.path.join(new, owner_marker), "made by hvdcluster; removed and replaced by it\n")
         write_file(os.path.join(new, marker), marker_content + "\n")  # last: the tree is complete
         previous = read_marker(path, marker)
@@ -144,7 +216,9 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "path": {"type": "path", "required": True},
-            "state": {"type": "str", "choices": ["unpacked", "owned", "absent"], "default": "unpacked"},
+            "state": {"type": "str", "choices": ["unpacked", "owned", "absent", "verified"], "default": "unpacked"},
+            "deep": {"type": "bool", "default": False},
+            "exact": {"type": "bool", "default": False},
             "src": {"type": "path"},
             "sha256": {"type": "str"},
             "marker": {"type": "str", "default": ".hvd-complete"},
@@ -160,6 +234,11 @@ def main() -> None:
     if not os.path.isabs(path) or os.path.normpath(path) in ("/", ""):
         module.fail_json(msg=f"path {path!r} must be an absolute path below /")
     try:
+        if p["state"] == "verified":
+            if not read_marker(path, marker):
+                module.exit_json(changed=False, intact=False, differences=[f"{path} has no {marker}: not installed"])
+            differences = verify(path, {owner, marker}, p["deep"], p["exact"])
+            module.exit_json(changed=False, intact=not differences, differences=differences)
         if p["state"] == "absent":
             if not os.path.lexists(path):
                 module.exit_json(changed=False)
