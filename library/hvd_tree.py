@@ -41,6 +41,8 @@ options:
     default: unpacked
   deep: {description: "verified: compare every file's sha256 too, not only size and time.", type: bool, default: false}
   exact: {description: "verified: files the manifest does not list count as differences too.", type: bool, default: false}
+  force: {description: "unpacked: install even when the marker already holds marker_content (a damaged tree).", type: bool,
+          default: false}
   src: {description: "unpacked: the archive on the node (.tar, .tar.gz, .tar.zst).", type: path}
   sha256: {description: "unpacked: the archive's expected sha256.", type: str}
   marker: {description: Completion marker file inside the tree, written last., type: str, default: .hvd-complete}
@@ -219,6 +221,7 @@ def main() -> None:
             "state": {"type": "str", "choices": ["unpacked", "owned", "absent", "verified"], "default": "unpacked"},
             "deep": {"type": "bool", "default": False},
             "exact": {"type": "bool", "default": False},
+            "force": {"type": "bool", "default": False},
             "src": {"type": "path"},
             "sha256": {"type": "str"},
             "marker": {"type": "str", "default": ".hvd-complete"},
@@ -254,7 +257,7 @@ def main() -> None:
                 os.makedirs(path, mode=0o755, exist_ok=True)
                 write_file(os.path.join(path, owner), "made by hvdcluster; removed and replaced by it\n")
             module.exit_json(changed=True)
-        if read_marker(path, marker) == p["marker_content"]:
+        if read_marker(path, marker) == p["marker_content"] and not p["force"]:
             module.exit_json(changed=False, previous=p["marker_content"])
         if module.check_mode:
             module.exit_json(changed=True, previous=read_marker(path, marker))

@@ -13,6 +13,8 @@ import yaml
 from tests.conftest import BIN, ROOT, tool
 
 ROLES = sorted(p for p in (ROOT / "roles").iterdir() if p.is_dir())
+# Roles that are building blocks of other roles, not steps of the converge: no playbook or tag of their own.
+SHARED_ROLES = {"hvd_gpu_component"}
 PLAYBOOKS = sorted((ROOT / "playbooks").glob("*.yml"))
 
 
@@ -53,7 +55,14 @@ def test_role_variables_carry_the_role_prefix(role: Path) -> None:
     assert all(name.startswith(f"__{role.name}_") for name in private or {})
 
 
-@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("role", [r for r in ROLES if r.name in SHARED_ROLES], ids=lambda p: p.name)
+def test_shared_role_is_used_by_roles_that_have_playbooks(role: Path) -> None:
+    users = [r.name for r in ROLES if r != role and any(
+        f"name: {role.name}" in path.read_text() for path in (r / "tasks").glob("*.yml"))]
+    assert users and not (ROOT / "playbooks" / (role.name.removeprefix("hvd_") + ".yml")).exists()
+
+
+@pytest.mark.parametrize("role", [r for r in ROLES if r.name not in SHARED_ROLES], ids=lambda p: p.name)
 def test_role_has_its_own_playbook_tagged_with_its_name(role: Path) -> None:
     playbook = ROOT / "playbooks" / (role.name.removeprefix("hvd_") + ".yml")
     plays = yaml.safe_load(playbook.read_text())
@@ -90,9 +99,60 @@ def test_the_horovod_role_default_sdist_sha256_is_the_one_the_matrix_pins() -> N
     assert compat.sdist_sha256(version) and compat.sdist_sha256(version) in defaults["hvd_horovod_sdist_sha256"]
 
 
+def test_the_gpu_component_wheel_hashes_are_the_ones_the_matrix_pins() -> None:
+    """Hand-written inventories get the role default table of NVIDIA wheel sha256s: it is compat.yaml's, row for row."""
+    from hvdcluster import compat
+
+    defaults = yaml.safe_load((ROOT / "roles" / "hvd_gpu_component" / "defaults" / "main.yml").read_text())
+    assert defaults["hvd_gpu_component_wheel_sha256"] == compat.nvidia_wheel_sha256()
+    assert all(len(d) == 64 for digests in compat.nvidia_wheel_sha256().values() for d in digests)
+
+
 def test_no_role_stages_work_under_a_world_writable_folder() -> None:
     """Work goes to the private /var/lib/hvdcluster (hvd_workdir), never a predictable name in /tmp or /var/tmp."""
     pattern = re.compile(r"(?<![\w/])(/var/tmp|/tmp|/dev/shm)/")
     for path in [*ROOT.glob("roles/**/*.yml"), *ROOT.glob("roles/**/*.py"), *ROOT.glob("library/*.py"), *ROOT.glob("filter_plugins/*.py")]:
         text = path.read_text()
         assert not pattern.search(text), f"{path}: {pattern.search(text).group(0)}"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_role_has_a_readme(role: Path) -> None:
+    assert (role / "README.md").is_file(), f"roles/{role.name} has no README.md: run python tests/role_docs.py --write"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_role_readmes_are_generated_from_argument_specs(role: Path) -> None:
+    from tests import role_docs
+
+    readme = role / "README.md"
+    current = readme.is_file() and readme.read_text() == role_docs.render(role)
+    assert current, (
+        f"roles/{role.name}/README.md differs from its meta/argument_specs.yml and meta/facts.yml: "
+        f"run python tests/role_docs.py --write\n{role_docs.diff(role)}")
+
+
+def test_role_readme_shows_every_entry_point_and_marks_required_options(tmp_path: Path) -> None:
+    from tests import role_docs
+
+    role = tmp_path / "roles" / "hvd_demo"
+    (role / "meta").mkdir(parents=True)
+    (role / "meta" / "argument_specs.yml").write_text(
+        "argument_specs:\n"
+        "  extra:\n    short_description: The extra steps.\n"
+        "    options:\n      hvd_demo_lines: {type: list, elements: str, required: true, description: Lines.}\n"
+        "  main:\n    short_description: A demo.\n"
+        "    options:\n"
+        "      hvd_demo_mode: {type: str, choices: [a, b], default: a, description: 'Mode | kind.'}\n"
+        "      hvd_demo_opaque: {type: raw, description: No default anywhere.}\n")
+    (role / "meta" / "facts.yml").write_text("facts: {}\nexample: {hvd_demo_mode: b}\n")
+
+    text = role_docs.render(role)
+
+    assert text.index("### `main`") < text.index("### `extra`")
+    assert "include_role: {name: hvd_demo, tasks_from: extra}" in text
+    assert "| `hvd_demo_lines` | list of str | **required** |  | Lines. |" in text
+    assert "| `hvd_demo_mode` | str | `a` | `a`, `b` | Mode \\| kind. |" in text
+    assert "| `hvd_demo_opaque` | raw |  |  | No default anywhere. |" in text
+    assert "This role records no local facts" in text and "    hvd_demo_mode: b" in text
+    assert text == role_docs.render(role)  # deterministic
