@@ -54,6 +54,9 @@ HOST_VAR_DOC = """\
 VAR_DOCS: dict[str, str] = {
     "hvd_cluster_name": "Name of the cluster (file markers, key comments).",
     "hvd_set_hostname": "Set each node's hostname to its inventory name.",
+    "hvd_members": "Every node in inventory order, as the roles use it: name, fabric address, the SSH port the\n"
+    "other nodes use, slots (hosts.yml's hvd_fabric_address, hvd_fabric_port and hvd_slots, else 1). Editing\n"
+    "hosts.yml by hand? Edit this too, or remove it: the roles then derive it from hosts.yml.",
     "ansible_user": "Account the controller logs in as; nodes reach each other as it too.",
     "hvd_become": "Use sudo for tasks (the account is not root). The playbooks' `become` keyword reads it; an\n"
     "ansible_become variable would override the tasks that must not use sudo.",
@@ -94,6 +97,22 @@ def host_vars(spec: ClusterSpec) -> dict[str, dict[str, Any]]:
     return hosts
 
 
+def members(spec: ClusterSpec) -> list[dict[str, Any]]:
+    """Every member in inventory order, as the roles use it: name, fabric address, the SSH port the other nodes
+    use, slots. The rules of filter_plugins/hvd_cluster.py, which derives the same list from the host variables
+    of a hand-written inventory: fabric = hvd_fabric_address, else ansible_host, else the name; port =
+    hvd_fabric_port, else ansible_port, else 22; slots = hvd_slots, else 1."""
+    out = []
+    for name, entry in host_vars(spec).items():
+        out.append({
+            "name": name,
+            "fabric": entry.get("hvd_fabric_address") or entry.get("ansible_host") or name,
+            "port": int(entry.get("hvd_fabric_port") or entry.get("ansible_port") or 22),
+            "slots": int(entry.get("hvd_slots") or 1),
+        })
+    return out
+
+
 def group_vars(spec: ClusterSpec, plan: Plan | None = None) -> dict[str, dict[str, Any]]:
     """The variables of every host, by the file they are written to.
 
@@ -108,7 +127,8 @@ def group_vars(spec: ClusterSpec, plan: Plan | None = None) -> dict[str, dict[st
     ssh["hvd_ssh_mesh_user"] = spec.ssh.user
     net = spec.network
     return {
-        "cluster.yml": {"hvd_cluster_name": spec.cluster, "hvd_set_hostname": spec.set_hostname},
+        "cluster.yml": {"hvd_cluster_name": spec.cluster, "hvd_set_hostname": spec.set_hostname,
+                        "hvd_members": members(spec)},
         "ssh.yml": ssh,
         "network.yml": {
             "hvd_base_ca_bundle": net.ca_bundle or "",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ import yaml
 
 from hvdcluster import compat, inventory, spec
 from hvdcluster.errors import HvdError
+from tests.conftest import ROOT
 
 EXPECTED = Path(__file__).parent / "expected" / "inventory"
 FIXTURES = Path(__file__).parent / "bad_hosts" / "fixtures"  # id_test: a private key's shape; ca.pem: a real cert
@@ -200,3 +202,43 @@ def test_the_horovod_sdist_pin_is_written_beside_the_horovod_version(cluster: sp
     assert names.index("hvd_horovod_sdist_sha256") == names.index("hvd_horovod_version") + 1
     other = inventory.stack_vars({"horovod": {"version": "0.27.0"}})
     assert other["hvd_horovod_sdist_sha256"] == ""
+
+
+def _member_filters():
+    spec_ = importlib.util.spec_from_file_location("hvd_cluster_filters", ROOT / "filter_plugins" / "hvd_cluster.py")
+    module = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(module)
+    return module
+
+
+def test_the_written_member_list_is_what_the_roles_derive_from_hosts_yml(cluster: spec.ClusterSpec) -> None:
+    written = inventory.group_vars(cluster)["cluster.yml"]["hvd_members"]
+    hosts = inventory.host_vars(cluster)
+    assert written == _member_filters().hvd_members(list(hosts), hosts)
+    assert written == [
+        {"name": "ip-192-168-3-3", "fabric": "192.168.3.3", "port": 2200, "slots": 1},
+        {"name": "gpu02", "fabric": "10.0.0.4", "port": 2222, "slots": 2},
+    ]
+
+
+def test_member_strings_from_hosts_yaml_are_written_unsafe_unless_bare_words(
+    cluster: spec.ClusterSpec, tmp_path: Path
+) -> None:
+    host = dataclasses.replace(cluster.hosts[1], fabric_address="fe80::1%eth0")
+    root = inventory.render(dataclasses.replace(cluster, hosts=(cluster.hosts[0], host)), tmp_path / "inventories")
+    tags = _tags((root / "group_vars" / "all" / "cluster.yml").read_text())
+    assert tags["fe80::1%eth0"] == "!unsafe" and tags["gpu02"] in ("", "tag:yaml.org,2002:str")
+
+
+def test_roles_take_the_members_the_inventory_wrote(cluster: spec.ClusterSpec, tmp_path: Path) -> None:
+    root = inventory.render(cluster, tmp_path / "inventories")
+    cluster_yml = root / "group_vars" / "all" / "cluster.yml"
+    cluster_yml.write_text(cluster_yml.read_text().replace("slots: 2", "slots: 7"))  # edited by hand
+    ansible = Path(sys.executable).parent / "ansible"
+    expression = "{{ groups['hvd_nodes'] | hvd_members(hostvars, hvd_members | default([])) | to_json }}"
+    proc = subprocess.run(
+        [str(ansible), "gpu02", "-i", str(root), "-m", "ansible.builtin.debug", "-a", json.dumps({"msg": expression})],
+        capture_output=True, text=True, check=True,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
+    )
+    assert '{"name": "gpu02", "fabric": "10.0.0.4", "port": 2222, "slots": 7}' in proc.stdout.replace('\\"', '"')

@@ -1,0 +1,73 @@
+"""The cluster's members as every role sees them: name, fabric address, SSH port on the fabric, slots.
+
+The generated inventory writes the list once (``hvd_members`` in group_vars/all/cluster.yml, by
+src/hvdcluster/inventory.py); a hand-written inventory need not: the roles derive each member from its host
+variables with the same rules::
+
+    fabric  hvd_fabric_address, else ansible_host, else the inventory name
+    port    hvd_fabric_port, else ansible_port, else 22
+    slots   hvd_slots, else 1
+
+Roles name the hosts (their group, or the hosts of this run) and take the written entries where there are::
+
+    groups[hvd_base_group] | hvd_members(hostvars, hvd_members | default([]))
+
+Plain functions over plain data: tests/unit/test_filters.py calls them with dictionaries for hostvars.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+
+def _set(host: Mapping[str, Any], name: str) -> Any:
+    """The host's variable ``name``, or None when it is not set (absent, null or empty)."""
+    if name not in host:
+        return None
+    value = host[name]
+    return None if value is None or value == "" else value
+
+
+def _number(value: Any, host: str, what: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise AnsibleFilterError(f"hvd_members: {host}: {what} {value!r} is not a number") from None
+
+
+def member(name: str, host: Mapping[str, Any]) -> dict[str, Any]:
+    """One member from its host variables."""
+    fabric = _set(host, "hvd_fabric_address")
+    fabric = fabric if fabric is not None else _set(host, "ansible_host")
+    port = _set(host, "hvd_fabric_port")
+    port = port if port is not None else _set(host, "ansible_port")
+    slots = _set(host, "hvd_slots")
+    return {
+        "name": name,
+        "fabric": fabric if fabric is not None else name,
+        "port": _number(port if port is not None else 22, name, "port"),
+        "slots": _number(slots if slots is not None else 1, name, "slots"),
+    }
+
+
+def hvd_members(names: Iterable[str], hostvars: Mapping[str, Mapping[str, Any]],
+                written: Iterable[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The members called ``names``, in that order: each one's entry of ``written`` (the inventory's
+    ``hvd_members``) where it has one, else derived from ``hostvars``."""
+    known = {entry["name"]: entry for entry in written or [] if isinstance(entry, Mapping) and "name" in entry}
+    return [dict(known[name]) if name in known else member(name, hostvars[name]) for name in names]
+
+
+def hvd_member_peers(members: Iterable[Mapping[str, Any]], me: str, **extra: Any) -> list[dict[str, Any]]:
+    """Every member but ``me`` as its peers reach it: {name, address (its fabric address), port}, plus ``extra``
+    (e.g. the pre-flight's probe_port) in each."""
+    return [{"name": m["name"], "address": m["fabric"], "port": m["port"], **extra}
+            for m in members if m["name"] != me]
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"hvd_members": hvd_members, "hvd_member_peers": hvd_member_peers}
