@@ -21,6 +21,7 @@ import ansible.module_utils  # noqa: E402  the modules import their helpers as A
 ansible.module_utils.__path__.append(str(ROOT / "module_utils"))
 sys.path.insert(0, str(ROOT / "library"))
 import hvd_artifact  # noqa: E402
+import hvd_dist_record  # noqa: E402
 import hvd_tree  # noqa: E402
 import hvd_workdir  # noqa: E402
 
@@ -219,3 +220,300 @@ def test_owned_then_absent_removes_only_our_tree(tmp_path: Path) -> None:
     (prefix / "bin").mkdir()
     assert run_module("hvd_tree", {"path": str(prefix), "state": "absent"})["changed"]
     assert not prefix.exists()
+
+
+# ------------------------------------------------------------------------------------------ hvd_lease
+
+import signal  # noqa: E402
+import socket  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+import hvd_lease  # noqa: E402
+
+ME = {"pid": os.getpid(), "start": hvd_lease.process(os.getpid())["start"]}  # a live holder: this test process
+
+
+def _reaped() -> dict:
+    """A holder whose process has ended (and been reaped): its pid is gone."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return {"pid": proc.pid, "start": None}
+
+
+def test_lease_is_created_0600_naming_the_run_and_released_by_it(tmp_path: Path) -> None:
+    entry = tmp_path / "envs" / "env-k.tar.zst"
+    taken = hvd_lease.acquire(str(entry), "run-a", owner=ME)
+    lease = tmp_path / "envs" / "env-k.tar.zst.lease"
+    assert taken["acquired"] and not taken["waited"] and not taken["entry_ready"] and taken["took_over"] is None
+    assert oct(lease.stat().st_mode & 0o777) == "0o600"
+    holder = json.loads(lease.read_text())
+    assert (holder["run_id"], holder["pid"], holder["host"]) == ("run-a", os.getpid(), socket.gethostname())
+    assert holder["started"] and holder["pid_start"] == ME["start"]
+    again = hvd_lease.acquire(str(entry), "run-a", owner=ME)  # the same run asking again holds it already
+    assert again["acquired"] and not again["changed"]
+    assert hvd_lease.release(str(entry), "run-a")["released"] and not lease.exists()
+    assert not hvd_lease.release(str(entry), "run-a")["changed"]  # nothing left to release
+
+
+def test_a_lease_of_another_run_is_not_released_and_its_holder_is_named(tmp_path: Path) -> None:
+    entry = tmp_path / "env.tar.zst"
+    hvd_lease.acquire(str(entry), "run-a", owner=ME)
+    refused = hvd_lease.release(str(entry), "run-b")
+    assert not refused["released"] and not refused["changed"] and "run run-a" in refused["msg"]
+    assert json.loads((tmp_path / "env.tar.zst.lease").read_text())["run_id"] == "run-a"
+
+
+def test_a_second_run_waits_for_the_lease_and_is_told_the_entry_was_published(tmp_path: Path) -> None:
+    entry = tmp_path / "env.tar.zst"
+    hvd_lease.acquire(str(entry), "builder", owner=ME)
+    seen = hvd_lease.acquire(str(entry), "waiter", wait=False, owner=ME)
+    assert not seen["acquired"] and seen["holder"]["run_id"] == "builder"
+
+    def build_and_publish() -> None:
+        time.sleep(0.5)
+        part = tmp_path / "env.tar.zst.part-builder"
+        part.write_bytes(b"env")
+        hvd_artifact.publish(str(part), str(entry), sha(b"env"))
+        hvd_lease.release(str(entry), "builder")
+
+    builder = threading.Thread(target=build_and_publish)
+    builder.start()
+    try:
+        taken = hvd_lease.acquire(str(entry), "waiter", timeout=30, poll_interval=0.05, owner=ME)
+    finally:
+        builder.join()
+    assert taken["acquired"] and taken["waited"] and taken["entry_ready"] and taken["took_over"] is None
+    assert json.loads((tmp_path / "env.tar.zst.lease").read_text())["run_id"] == "waiter"
+
+
+def test_a_second_run_whose_builder_failed_takes_the_lease_and_builds(tmp_path: Path) -> None:
+    entry = tmp_path / "env.tar.zst"
+    hvd_lease.acquire(str(entry), "builder", owner=ME)
+    threading.Timer(0.3, hvd_lease.release, (str(entry), "builder")).start()  # released without publishing
+    taken = hvd_lease.acquire(str(entry), "waiter", timeout=30, poll_interval=0.05, owner=ME)
+    assert taken["acquired"] and taken["waited"] and not taken["entry_ready"]
+
+
+def test_a_lease_whose_pid_is_gone_is_taken_over_and_named(tmp_path: Path) -> None:
+    entry = tmp_path / "env.tar.zst"
+    hvd_lease.acquire(str(entry), "killed-run", owner=_reaped())
+    taken = hvd_lease.acquire(str(entry), "next-run", timeout=0, owner=ME)
+    assert taken["acquired"] and not taken["waited"]
+    assert taken["took_over"]["run_id"] == "killed-run" and "is gone" in taken["stale_reason"]
+    assert json.loads((tmp_path / "env.tar.zst.lease").read_text())["run_id"] == "next-run"
+
+
+def test_a_lease_whose_pid_is_another_process_now_is_taken_over(tmp_path: Path) -> None:
+    entry = tmp_path / "env.tar.zst"
+    hvd_lease.acquire(str(entry), "old-run", owner={"pid": os.getpid(), "start": "1"})  # pid reused since
+    taken = hvd_lease.acquire(str(entry), "next-run", timeout=0, owner=ME)
+    assert taken["took_over"]["run_id"] == "old-run" and "another process" in taken["stale_reason"]
+
+
+def test_a_lease_held_by_a_live_run_times_out_with_a_message_naming_the_holder(tmp_path: Path) -> None:
+    entry = tmp_path / "env.tar.zst"
+    holder = hvd_lease.acquire(str(entry), "run-a", owner=ME)["holder"]
+    started = time.monotonic()
+    with pytest.raises(hvd_lease.LeaseTimeout) as failure:
+        hvd_lease.acquire(str(entry), "run-b", timeout=1, poll_interval=0.1, owner=ME)
+    assert 1 <= time.monotonic() - started < 10
+    for part in ("run run-a", f"pid {os.getpid()}", socket.gethostname(), holder["started"], str(entry) + ".lease"):
+        assert part in str(failure.value)
+
+
+def test_a_lease_from_another_host_is_stale_only_after_stale_after(tmp_path: Path) -> None:
+    entry = tmp_path / "env.tar.zst"
+    lease = tmp_path / "env.tar.zst.lease"
+    record = {"run_id": "elsewhere", "pid": 1, "host": "other-controller", "started": "then",
+              "started_epoch": time.time() - 120}
+    lease.write_text(json.dumps(record))
+    assert not hvd_lease.acquire(str(entry), "here", wait=False, stale_after=3600, owner=ME)["acquired"]
+    taken = hvd_lease.acquire(str(entry), "here", wait=False, stale_after=60, owner=ME)
+    assert taken["acquired"] and taken["took_over"]["host"] == "other-controller"
+
+
+def test_an_empty_lease_is_being_written_until_it_is_old(tmp_path: Path) -> None:
+    entry = tmp_path / "env.tar.zst"
+    lease = tmp_path / "env.tar.zst.lease"
+    lease.touch()
+    assert not hvd_lease.acquire(str(entry), "here", wait=False, owner=ME)["acquired"]
+    os.utime(lease, (time.time() - 3600, time.time() - 3600))
+    assert hvd_lease.acquire(str(entry), "here", wait=False, owner=ME)["acquired"]
+
+
+def test_a_folder_entry_is_ready_once_it_holds_a_published_file(tmp_path: Path) -> None:
+    entry = tmp_path / "horovod" / "k"
+    entry.mkdir(parents=True)
+    (entry / "horovod-0.28.1-cp311-linux_x86_64.whl.part-1").write_bytes(b"half")
+    assert not hvd_lease.entry_ready(str(entry))
+    part = entry / "horovod-0.28.1-cp311-linux_x86_64.whl.part-2"
+    part.write_bytes(b"wheel")
+    hvd_artifact.publish(str(part), str(entry / "horovod-0.28.1-cp311-linux_x86_64.whl"), sha(b"wheel"))
+    assert hvd_lease.entry_ready(str(entry))
+    assert hvd_lease.acquire(str(entry), "r", owner=ME)["lease"] == str(tmp_path / "horovod" / "k.lease")
+
+
+def _take(args: tuple[str, str, dict]) -> bool:
+    return hvd_lease.acquire(args[0], args[1], wait=False, owner=args[2])["acquired"]
+
+
+@pytest.mark.parametrize("start", ["free", "stale"])
+def test_of_runs_racing_for_a_free_or_stale_lease_exactly_one_gets_it(tmp_path: Path, start: str) -> None:
+    import multiprocessing
+
+    entry = str(tmp_path / "env.tar.zst")
+    if start == "stale":
+        hvd_lease.acquire(entry, "killed-run", owner=_reaped())
+    with multiprocessing.get_context("fork").Pool(8) as pool:
+        won = pool.map(_take, [(entry, f"run-{i}", ME) for i in range(16)])
+    assert won.count(True) == 1
+
+
+def test_lease_module_names_the_holder_and_changes_nothing_in_check_mode(tmp_path: Path) -> None:
+    entry = str(tmp_path / "env.tar.zst")
+    looked = run_module("hvd_lease", {"path": entry, "run_id": "run-a"}, check=True)
+    assert looked["acquired"] and looked["changed"] and not (tmp_path / "env.tar.zst.lease").exists()
+    taken = run_module("hvd_lease", {"path": entry, "run_id": "run-a"})
+    assert taken["acquired"] and taken["holder"]["run_id"] == "run-a"
+    busy = run_module("hvd_lease", {"path": entry, "run_id": "run-b", "wait": False})
+    assert not busy["acquired"] and busy["holder"]["run_id"] == "run-a"
+    late = run_module("hvd_lease", {"path": entry, "run_id": "run-b", "timeout": 0})
+    assert late["failed"] and "being built by run run-a" in late["msg"]
+    refused = run_module("hvd_lease", {"path": entry, "run_id": "run-b", "state": "released"})
+    assert not refused["changed"] and not refused["released"] and "run run-a" in refused["msg"]
+    assert run_module("hvd_lease", {"path": entry, "run_id": "run-a", "state": "released"}, check=True)["changed"]
+    assert (tmp_path / "env.tar.zst.lease").exists()
+    assert run_module("hvd_lease", {"path": entry, "run_id": "run-a", "state": "released"})["released"]
+    assert not (tmp_path / "env.tar.zst.lease").exists()
+
+
+def playbook(tmp_path: Path, name: str, tasks: list) -> Path:
+    path = tmp_path / f"{name}.yml"
+    path.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
+    return path
+
+
+def ansible_playbook(book: Path, **popen) -> subprocess.Popen:
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+            "-e", f"ansible_python_interpreter={sys.executable}", str(book)]
+    return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            **popen)
+
+
+def test_a_run_holds_the_lease_by_its_ansible_playbook_pid_and_when_killed_the_next_run_takes_it_over(
+        tmp_path: Path) -> None:
+    entry = str(tmp_path / "cache" / "envs" / "env-k.tar.zst")
+    later = tmp_path / "later-task-ran"
+    killed = ansible_playbook(playbook(tmp_path, "killed", [
+        {"hvd_lease": {"path": entry, "run_id": "killed-run"}},
+        {"ansible.builtin.file": {"path": str(later), "state": "touch", "mode": "0644"}},
+        {"ansible.builtin.pause": {"seconds": 120}},
+    ]), start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not later.exists() and killed.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert later.exists(), killed.communicate()[0] if killed.poll() is not None else "no later task"
+        holder = json.loads(Path(entry + ".lease").read_text())
+        # The pid of the run's ansible-playbook, still alive at a later task (not the worker of the task that took it).
+        assert holder["pid"] == killed.pid and holder["run_id"] == "killed-run"
+        os.kill(holder["pid"], 0)
+    finally:
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.communicate()
+    with pytest.raises(ProcessLookupError):
+        os.kill(holder["pid"], 0)
+    assert Path(entry + ".lease").exists()  # a killed run releases nothing...
+    nxt = ansible_playbook(playbook(tmp_path, "next", [
+        {"hvd_lease": {"path": entry, "run_id": "next-run", "timeout": 5}, "register": "lease"},
+        {"ansible.builtin.assert": {"that": [
+            "lease.acquired", "not lease.waited", "lease.took_over.run_id == 'killed-run'",
+            "lease.stale_reason is search('is gone')"]}},
+        {"hvd_lease": {"path": entry, "run_id": "next-run", "state": "released"}},
+    ]))
+    out = nxt.communicate(timeout=300)[0]
+    assert nxt.returncode == 0, out  # ...and does not block the next one
+    assert not Path(entry + ".lease").exists()
+
+
+# ------------------------------------------------------------------------------------------ hvd_dist_record
+
+
+def install_dist(prefix: Path, folder: str, record: bytes = b"horovod/__init__.py,sha256=abc,10\n") -> Path:
+    """A distribution as pip leaves it: <prefix>/lib/python3.11/site-packages/<folder>/RECORD."""
+    info = prefix / "lib" / "python3.11" / "site-packages" / folder
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "RECORD").write_bytes(record)
+    return info / "RECORD"
+
+
+def test_dist_record_fingerprint_is_the_records_mtime_and_content(tmp_path: Path) -> None:
+    record = install_dist(tmp_path / "env", "horovod-0.28.1.dist-info")
+    install_dist(tmp_path / "env", "horovod_extras-1.0.dist-info")  # another distribution whose name starts alike
+    found = hvd_dist_record.fingerprint(str(tmp_path / "env"), "horovod")
+    assert found["record"] == str(record)
+    assert found["sha256"] == sha(b"%d " % record.stat().st_mtime_ns + record.read_bytes())
+    assert "files_sha256" not in found
+
+
+@pytest.mark.parametrize("folder", ["Horovod-0.28.1.dist-info", "horovod-0.28.1.dist-info"])
+def test_dist_record_is_found_by_the_name_packaging_normalises(tmp_path: Path, folder: str) -> None:
+    install_dist(tmp_path / "env", folder)
+    assert hvd_dist_record.fingerprint(str(tmp_path / "env"), "Horovod")["sha256"] != "none"
+    install_dist(tmp_path / "env", "nvidia_nccl_cu12-2.21.5.dist-info")
+    assert hvd_dist_record.fingerprint(str(tmp_path / "env"), "nvidia-nccl.cu12")["sha256"] != "none"
+
+
+def test_any_reinstall_changes_the_fingerprint_even_of_the_same_wheel(tmp_path: Path) -> None:
+    record = install_dist(tmp_path / "env", "horovod-0.28.1.dist-info")
+    before = hvd_dist_record.fingerprint(str(tmp_path / "env"), "horovod")["sha256"]
+    stat = record.stat()
+    os.utime(record, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # pip rewrote it, same bytes
+    assert hvd_dist_record.fingerprint(str(tmp_path / "env"), "horovod")["sha256"] != before
+
+
+def test_a_distribution_not_installed_fingerprints_as_none(tmp_path: Path) -> None:
+    install_dist(tmp_path / "env", "torch-2.3.1.dist-info")
+    assert hvd_dist_record.fingerprint(str(tmp_path / "env"), "horovod") == {"record": "", "sha256": "none"}
+    assert hvd_dist_record.fingerprint(str(tmp_path / "missing"), "horovod")["sha256"] == "none"
+
+
+def stamped(path: Path) -> bytes:
+    """What the verify fingerprint feeds for one file: path, mtime_ns, content; a missing file as path and '-'."""
+    if not path.exists():
+        return os.fsencode(path) + b" -\0"
+    return b"%s %d\0" % (os.fsencode(path), path.stat().st_mtime_ns) + path.read_bytes() + b"\0"
+
+
+def test_files_digest_covers_each_file_then_the_record_and_counts_missing_files(tmp_path: Path) -> None:
+    hosts, gone = tmp_path / "hosts", tmp_path / "hvd_cuda.fact"
+    hosts.write_text("10.0.0.1 gpu01\n")
+    record = install_dist(tmp_path / "env", "horovod-0.28.1.dist-info")
+    files = [str(hosts), str(gone)]
+    found = hvd_dist_record.fingerprint(str(tmp_path / "env"), "horovod", files)
+    assert found["files_sha256"] == sha(stamped(hosts) + stamped(gone) + stamped(record))
+    record.unlink()
+    assert hvd_dist_record.fingerprint(str(tmp_path / "env"), "horovod", files)["files_sha256"] == sha(
+        stamped(hosts) + stamped(gone) + b"no horovod")
+
+
+def test_files_digest_changes_when_a_file_is_rewritten_with_the_same_bytes(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts"
+    hosts.write_text("10.0.0.1 gpu01\n")
+    before = hvd_dist_record.fingerprint(str(tmp_path / "env"), "horovod", [str(hosts)])["files_sha256"]
+    stat = hosts.stat()
+    os.utime(hosts, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert hvd_dist_record.fingerprint(str(tmp_path / "env"), "horovod", [str(hosts)])["files_sha256"] != before
+
+
+def test_dist_record_module_only_reads_and_runs_in_check_mode(tmp_path: Path) -> None:
+    record = install_dist(tmp_path / "env", "horovod-0.28.1.dist-info")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    result = run_module("hvd_dist_record", {"prefix": str(tmp_path / "env"), "files": [str(record)]}, check=True)
+    assert result["changed"] is False and not result.get("failed")
+    assert result["record"] == str(record) and result["sha256"] == hvd_dist_record.fingerprint(
+        str(tmp_path / "env"), "horovod")["sha256"]
+    assert len(result["files_sha256"]) == 64
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
