@@ -13,6 +13,8 @@ file missing, or changed in size or time (``deep``: in content) is named; files 
 ``exact`` (Horovod and hvdcluster's own scripts are installed into the env after it). Python's ``__pycache__`` is
 left out: importing as root writes it.
 
+``state: manifested`` records the manifest of a tree built in place (the env's builder), before its marker.
+
 ``state: absent`` removes ``path`` only when it carries one of our markers; ``state: owned`` makes an empty
 ``path`` with the ownership marker (a build in place starts from it). A ``path`` that exists without our markers
 is refused, never deleted: ``/usr`` or a user's folder typed as a prefix must not be wiped.
@@ -35,9 +37,9 @@ short_description: Install an archive as a folder tree atomically, or remove/cre
 options:
   path: {description: The tree (absolute)., type: path, required: true}
   state:
-    description: unpacked, owned, absent or verified (read-only).
+    description: unpacked, owned, absent, verified (read-only) or manifested (record the manifest of a tree built in place).
     type: str
-    choices: [unpacked, owned, absent, verified]
+    choices: [unpacked, owned, absent, verified, manifested]
     default: unpacked
   deep: {description: "verified: compare every file's sha256 too, not only size and time.", type: bool, default: false}
   exact: {description: "verified: files the manifest does not list count as differences too.", type: bool, default: false}
@@ -218,7 +220,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "path": {"type": "path", "required": True},
-            "state": {"type": "str", "choices": ["unpacked", "owned", "absent", "verified"], "default": "unpacked"},
+            "state": {"type": "str", "choices": ["unpacked", "owned", "absent", "verified", "manifested"], "default": "unpacked"},
             "deep": {"type": "bool", "default": False},
             "exact": {"type": "bool", "default": False},
             "force": {"type": "bool", "default": False},
@@ -242,6 +244,12 @@ def main() -> None:
                 module.exit_json(changed=False, intact=False, differences=[f"{path} has no {marker}: not installed"])
             differences = verify(path, {owner, marker}, p["deep"], p["exact"])
             module.exit_json(changed=False, intact=not differences, differences=differences)
+        if p["state"] == "manifested":
+            if not os.path.isfile(os.path.join(path, owner)):
+                module.fail_json(msg=f"{path} was not made by hvdcluster (no {owner} inside): no manifest written")
+            if not module.check_mode:
+                write_manifest(path, {owner, marker})
+            module.exit_json(changed=True)
         if p["state"] == "absent":
             if not os.path.lexists(path):
                 module.exit_json(changed=False)

@@ -190,3 +190,23 @@ def test_a_truncated_env_in_the_controller_cache_is_detected_named_and_rebuilt(c
     assert "Check every rank's sum" in task_outcomes(doc["log"])
     # the rebuild happened on node2, which needed the env anyway: node1's working env was left alone
     assert doc["hosts"]["node1"]["changed"] == 0, changed_tasks(doc["log"], "node1")
+
+
+def test_a_damaged_env_on_one_node_is_detected_named_and_installed_again(converged, lab2: Lab) -> None:
+    """A file edited and one deleted inside node2's env (same key, so only its manifest tells): `up` names them,
+    installs the env again from the controller cache, Horovod again on top, proves the cluster, and leaves node1."""
+    site = "/opt/hvd/env/lib/python3.11/site-packages"
+    edited, deleted = f"{site}/cloudpickle/__init__.py", f"{site}/psutil/_common.py"
+    good = lab2.exec(1, "sha256sum", edited, deleted).stdout.split()[::2]
+    assert lab2.exec(2, "sh", "-c", f"echo '# tampered' >> {edited} && rm {deleted}").returncode == 0
+    rc, doc, err = converged.up_json()
+    assert rc == 0, err[-4000:]
+    notice = " ".join(doc["notices"].get("node2", []))
+    rel = edited.removeprefix("/opt/hvd/env/")
+    assert f"changed: {rel}" in notice and f"missing: {deleted.removeprefix('/opt/hvd/env/')}" in notice, doc["notices"]
+    assert lab2.exec(2, "sha256sum", edited, deleted).stdout.split()[::2] == good
+    check = lab2.exec(2, "/opt/hvd/env/bin/horovodrun", "--check-build")
+    assert check.returncode == 0 and "[X] PyTorch" in check.stdout, check.stdout + check.stderr
+    assert "Check every rank's sum" in task_outcomes(doc["log"])
+    assert doc["hosts"]["node1"]["changed"] == 0, changed_tasks(doc["log"], "node1")
+    assert "node1" not in doc["notices"]
