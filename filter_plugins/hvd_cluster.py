@@ -17,6 +17,8 @@ Plain functions over plain data: tests/unit/test_filters.py calls them with dict
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -68,6 +70,23 @@ def hvd_member_peers(members: Iterable[Mapping[str, Any]], me: str, **extra: Any
             for m in members if m["name"] != me]
 
 
+_RANK = re.compile(r"hvd-verify rank=(\d+) size=(\d+) host=(\S+) sum=(\S+) expected=(\S+)")
+
+
+def hvd_allreduce_ranks(lines: Iterable[str], np: int) -> list[dict[str, Any]]:
+    """The post-flight allreduce's rank lines (roles/hvd_verify/files/allreduce.py) as {line, rank, host, ok}: a rank
+    is ok when it saw ``np`` processes and its sum is the expected one. Other output is ignored."""
+    ranks = []
+    for line in lines:
+        found = _RANK.search(line)
+        if found:
+            rank, size, host, total, expected = found.groups()
+            ranks.append({"line": line.strip(), "rank": int(rank), "host": host,
+                          "ok": int(size) == int(np) and total == expected})
+    return ranks
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"hvd_members": hvd_members, "hvd_member_peers": hvd_member_peers}
+        return {"hvd_members": hvd_members, "hvd_member_peers": hvd_member_peers,
+                "hvd_allreduce_ranks": hvd_allreduce_ranks}

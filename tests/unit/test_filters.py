@@ -246,3 +246,19 @@ def test_peers_are_every_other_member_by_fabric_address_with_extra_fields() -> N
         {"name": "b", "address": "10.0.0.2", "port": 22, "probe_port": 50123},
         {"name": "c", "address": "c", "port": 2200, "probe_port": 50123},
     ]
+
+
+# ------------------------------------------------------------------------------------------ post-flight allreduce
+
+
+def test_allreduce_ranks_are_ok_when_every_rank_saw_every_process_and_the_expected_sum() -> None:
+    lines = ["[1,0]<stdout>:hvd-verify rank=0 size=4 host=node1 sum=10 expected=10",
+             "some warning from Gloo", "hvd-verify rank=3 size=4 host=node2 sum=10 expected=10"]
+    ranks = cluster.hvd_allreduce_ranks(lines, 4)
+    assert [(r["rank"], r["host"], r["ok"]) for r in ranks] == [(0, "node1", True), (3, "node2", True)]
+
+
+def test_an_allreduce_rank_with_a_wrong_sum_or_size_is_not_ok() -> None:
+    lines = ["hvd-verify rank=0 size=2 host=node1 sum=3 expected=3", "hvd-verify rank=1 size=4 host=n2 sum=9 expected=10"]
+    assert [r["ok"] for r in cluster.hvd_allreduce_ranks(lines, 4)] == [False, False]
+    assert cluster.hvd_allreduce_ranks(["nothing here"], 4) == []
