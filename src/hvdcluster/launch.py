@@ -27,10 +27,13 @@ class LaunchError(HvdError):
 class Launch:
     horovodrun: list[str]  # argv run on the first node
     ssh: list[str]  # ssh argv from the controller to the first node, without the remote command
+    activate: str = ""  # shell run on the first node before horovodrun: the environment every rank inherits
 
     @property
     def remote_command(self) -> str:
-        return shlex.join(self.horovodrun)
+        if not self.activate:
+            return shlex.join(self.horovodrun)
+        return f"{self.activate}; exec {shlex.join(self.horovodrun)}"
 
     def argv(self) -> list[str]:
         return [*self.ssh, self.remote_command]
@@ -39,6 +42,16 @@ class Launch:
 def slots(inv: Inventory) -> dict[str, int]:
     """Processes per node: hvd_slots, else 1."""
     return {name: int(v.get("hvd_slots") or 1) for name, v in inv.hosts.items()}
+
+
+def activation(prefix: str, manager: str = "venv") -> str:
+    """Shell that gives horovodrun, and so every rank it starts (it passes its environment on: to Gloo's remote
+    commands and as ``mpirun -x``), what the roles set up for login shells: the CUDA/NCCL settings they wrote to
+    /etc/profile.d/hvd-*.sh, then the env's ``bin/`` first on PATH and ``VIRTUAL_ENV`` (``CONDA_PREFIX`` for
+    conda). Shell wrappers, entry points and ``#!/usr/bin/env python`` scripts then find the env's interpreter."""
+    marker = "CONDA_PREFIX" if manager == "conda" else "VIRTUAL_ENV"
+    return ('for f in /etc/profile.d/hvd-*.sh; do if [ -r "$f" ]; then . "$f"; fi; done; '
+            f'export PATH={shlex.quote(prefix + "/bin")}:"$PATH" {marker}={shlex.quote(prefix)}')
 
 
 def ssh_argv(inv: Inventory, host: str) -> list[str]:
@@ -82,7 +95,8 @@ def build(
     if program[0] in ("python", "python3"):
         program[0] = f"{prefix}/bin/python"  # the env's interpreter, the same path on every node
     first = next(iter(inv.hosts))
-    return Launch(horovodrun=[*argv, *program], ssh=ssh_argv(inv, first))
+    manager = str(inv.vars.get("hvd_pyenv_manager") or "venv")
+    return Launch(horovodrun=[*argv, *program], ssh=ssh_argv(inv, first), activate=activation(prefix, manager))
 
 
 def recorded_interface(inv: Inventory) -> str | None:

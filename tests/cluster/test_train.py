@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shlex
 import signal
 import subprocess
 import time
@@ -65,6 +66,19 @@ def test_run_starts_every_rank_as_the_login_user_with_the_envs_python(converged,
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     seen = sorted(re.findall(r"who=\S+ py=\S+", proc.stdout))
     assert seen == sorted([f"who={SUDO_USER}@node{n} py=/opt/hvd/env" for n in (1, 1, 2, 2)]), proc.stdout
+
+
+def test_a_shell_wrapper_and_an_env_python_script_find_the_envs_python_on_every_rank(converged, lab2: Lab) -> None:
+    """The env is active for the whole job, not only for a command that starts with `python`."""
+    script = ("#!/usr/bin/env python\nimport os, socket, sys\n"
+              "print(f'rank-env host={socket.gethostname()} py={sys.prefix} venv={os.environ.get(\"VIRTUAL_ENV\")}')\n")
+    for i in (1, 2):
+        put = f"printf %s {shlex.quote(script)} > /srv/job/who.py && chmod 755 /srv/job/who.py"
+        assert lab2.exec(i, "sh", "-c", put).returncode == 0
+    proc = converged("run", "-np", "4", "--", "bash", "-c", "cd /srv/job && ./who.py && python -c 'import horovod'")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    seen = sorted(re.findall(r"rank-env host=\S+ py=\S+ venv=\S+", proc.stdout))
+    assert seen == sorted(f"rank-env host=node{n} py=/opt/hvd/env venv=/opt/hvd/env" for n in (1, 1, 2, 2)), proc.stdout
 
 
 def test_run_print_shows_the_horovodrun_command_without_running_it(converged) -> None:

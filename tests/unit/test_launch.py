@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,21 @@ def test_runs_on_the_first_node_with_pinned_host_keys(inv: inventory.Inventory) 
     assert ssh[0] == "ssh" and ssh[-1] == "ubuntu@10.1.0.1"
     assert "StrictHostKeyChecking=yes" in ssh and f"UserKnownHostsFile={inv.path / 'ssh' / 'known_hosts'}" in ssh
     assert ssh[ssh.index("-i") + 1].endswith("id_test")
-    assert plan.argv()[-1] == "/opt/envs/hvd/bin/horovodrun -np 3 -H gpu01:2,gpu02:2 ./job.sh"
+    assert plan.argv()[-1] == (launch.activation("/opt/envs/hvd") +
+                               "; exec /opt/envs/hvd/bin/horovodrun -np 3 -H gpu01:2,gpu02:2 ./job.sh")
+
+
+@pytest.mark.parametrize(("manager", "marker"), [("venv", "VIRTUAL_ENV"), ("conda", "CONDA_PREFIX")])
+def test_the_job_runs_with_the_envs_bin_first_on_path_and_its_marker_set(tmp_path: Path, manager: str,
+                                                                         marker: str) -> None:
+    """What horovodrun hands every rank: a wrapper's bare `python` is the env's, whatever the prefix holds."""
+    prefix = tmp_path / "my env"  # a space: the activation quotes what it writes
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "python").write_text("#!/bin/sh\necho env-python\n")
+    (prefix / "bin" / "python").chmod(0o755)
+    script = launch.activation(str(prefix), manager) + f'; echo "${marker}"; python'
+    proc = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert proc.stdout.splitlines() == [str(prefix), "env-python"], proc.stderr
 
 
 def test_more_processes_than_slots_is_refused_naming_the_slots(inv: inventory.Inventory) -> None:
