@@ -51,8 +51,26 @@ def member(name: str, host: Mapping[str, Any]) -> dict[str, Any]:
         "name": name,
         "fabric": fabric if fabric is not None else name,
         "port": _number(port if port is not None else 22, name, "port"),
-        "slots": _number(slots if slots is not None else 1, name, "slots"),
+        "slots": _number(slots, name, "slots") if slots is not None else None,
     }
+
+
+def gpu_count(host: Mapping[str, Any]) -> int:
+    """The GPUs hvd_nvidia_driver found on the node (ansible_local.hvd_nvidia_driver.gpu_count), else 0."""
+    fact = ((host.get("ansible_local") or {}).get("hvd_nvidia_driver") or {}) if isinstance(host, Mapping) else {}
+    try:
+        return max(int(fact.get("gpu_count") or 0), 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _with_slots(entry: dict[str, Any], host: Mapping[str, Any]) -> dict[str, Any]:
+    """``entry`` with its slots decided: the ones written, else one per GPU the node reports, else 1."""
+    if entry.get("slots") in (None, ""):
+        entry["slots"] = gpu_count(host) or 1
+    else:
+        entry["slots"] = _number(entry["slots"], entry["name"], "slots")
+    return entry
 
 
 def hvd_members(names: Iterable[str], hostvars: Mapping[str, Mapping[str, Any]],
@@ -60,7 +78,8 @@ def hvd_members(names: Iterable[str], hostvars: Mapping[str, Mapping[str, Any]],
     """The members called ``names``, in that order: each one's entry of ``written`` (the inventory's
     ``hvd_members``) where it has one, else derived from ``hostvars``."""
     known = {entry["name"]: entry for entry in written or [] if isinstance(entry, Mapping) and "name" in entry}
-    return [dict(known[name]) if name in known else member(name, hostvars[name]) for name in names]
+    return [_with_slots(dict(known[name]) if name in known else member(name, hostvars[name]), hostvars[name])
+            for name in names]
 
 
 def hvd_member_peers(members: Iterable[Mapping[str, Any]], me: str, **extra: Any) -> list[dict[str, Any]]:

@@ -243,16 +243,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise HvdError(f"{root}: no inventory yet; run `hvdcluster up {args.hosts}` first")
     inv = inventory.read(root)
     nic = args.network_interface or launch.recorded_interface(inv)
-    plan = launch.build(inv, command, np=args.np, controller=args.controller, network_interface=nic)
+    open_slots = launch.open_slots(inv)
+    plan = launch.build(inv, command, np=args.np, controller=args.controller, network_interface=nic,
+                        gpus=None if open_slots else {})
     if args.print:
         if nic is None:
             print(f"hvdcluster: the fabric interface is read from {next(iter(inv.hosts))} when the job starts "
                   "(pass --network-interface to name it)", file=sys.stderr)
+        if open_slots:
+            print(f"hvdcluster: slots of {', '.join(open_slots)} are one per GPU found, read from the nodes when the "
+                  "job starts (shown as 1; write `slots:` in hosts.yaml to fix them)", file=sys.stderr)
         print(shlex.join(plan.argv()))
         return EXIT_OK
-    if nic is None:  # the one SSH look-up, once everything else is known to be right
+    # The SSH look-ups, once everything else is known to be right.
+    gpus = launch.gpu_counts(inv, open_slots) if open_slots else {}
+    if nic is None:
         nic = launch.fabric_interface(inv, next(iter(inv.hosts)))
-        plan = launch.build(inv, command, np=args.np, controller=args.controller, network_interface=nic)
+    plan = launch.build(inv, command, np=args.np, controller=args.controller, network_interface=nic, gpus=gpus)
     return subprocess.run(plan.argv()).returncode
 
 

@@ -55,7 +55,8 @@ VAR_DOCS: dict[str, str] = {
     "hvd_cluster_name": "Name of the cluster (file markers, key comments).",
     "hvd_set_hostname": "Set each node's hostname to its inventory name.",
     "hvd_members": "Every node in inventory order, as the roles use it: name, fabric address, the SSH port the\n"
-    "other nodes use, slots (hosts.yml's hvd_fabric_address, hvd_fabric_port and hvd_slots, else 1). Editing\n"
+    "other nodes use, slots (hosts.yml's hvd_fabric_address, hvd_fabric_port and hvd_slots; slots null: one per\n"
+    "GPU found, else 1). Editing "
     "hosts.yml by hand? Edit this too, or remove it: the roles then derive it from hosts.yml.",
     "ansible_user": "Account the controller logs in as; nodes reach each other as it too.",
     "hvd_become": "Use sudo for tasks (the account is not root). The playbooks' `become` keyword reads it; an\n"
@@ -101,14 +102,15 @@ def members(spec: ClusterSpec) -> list[dict[str, Any]]:
     """Every member in inventory order, as the roles use it: name, fabric address, the SSH port the other nodes
     use, slots. The rules of filter_plugins/hvd_cluster.py, which derives the same list from the host variables
     of a hand-written inventory: fabric = hvd_fabric_address, else ansible_host, else the name; port =
-    hvd_fabric_port, else ansible_port, else 22; slots = hvd_slots, else 1."""
+    hvd_fabric_port, else ansible_port, else 22; slots = hvd_slots, else None: one per GPU the node reports
+    (ansible_local.hvd_nvidia_driver.gpu_count), else 1, decided where the GPUs are known."""
     out = []
     for name, entry in host_vars(spec).items():
         out.append({
             "name": name,
             "fabric": entry.get("hvd_fabric_address") or entry.get("ansible_host") or name,
             "port": int(entry.get("hvd_fabric_port") or entry.get("ansible_port") or 22),
-            "slots": int(entry.get("hvd_slots") or 1),
+            "slots": int(entry["hvd_slots"]) if entry.get("hvd_slots") else None,
         })
     return out
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,9 +40,34 @@ class Launch:
         return [*self.ssh, self.remote_command]
 
 
-def slots(inv: Inventory) -> dict[str, int]:
-    """Processes per node: hvd_slots, else 1."""
-    return {name: int(v.get("hvd_slots") or 1) for name, v in inv.hosts.items()}
+DRIVER_FACT = "/etc/ansible/facts.d/hvd_nvidia_driver.fact"
+
+
+def open_slots(inv: Inventory) -> list[str]:
+    """The nodes whose slots hosts.yaml leaves open: one per GPU found there."""
+    return [name for name, v in inv.hosts.items() if not v.get("hvd_slots")]
+
+
+def slots(inv: Inventory, gpus: dict[str, int] | None = None) -> dict[str, int]:
+    """Processes per node: hvd_slots, else one per GPU the node reported (``gpus``), else 1."""
+    gpus = gpus or {}
+    return {name: int(v.get("hvd_slots") or gpus.get(name) or 1) for name, v in inv.hosts.items()}
+
+
+def gpu_counts(inv: Inventory, hosts: list[str], timeout: float = 20) -> dict[str, int]:
+    """The GPUs hvd_nvidia_driver found on each of ``hosts`` (its fact, read over SSH in parallel); 0 where none was
+    recorded or the node cannot tell."""
+
+    def one(host: str) -> int:
+        try:
+            proc = subprocess.run([*ssh_argv(inv, host), f"cat {DRIVER_FACT}"], capture_output=True, text=True,
+                                  timeout=timeout)
+            return max(int(json.loads(proc.stdout).get("gpu_count") or 0), 0) if proc.returncode == 0 else 0
+        except (OSError, subprocess.TimeoutExpired, ValueError, AttributeError, TypeError):
+            return 0
+
+    with ThreadPoolExecutor(max_workers=min(32, len(hosts) or 1)) as pool:
+        return dict(zip(hosts, pool.map(one, hosts)))
 
 
 def activation(prefix: str, manager: str = "venv") -> str:
@@ -72,17 +98,20 @@ def build(
     np: int | None = None,
     controller: str | None = None,
     network_interface: str | None = None,
+    gpus: dict[str, int] | None = None,
 ) -> Launch:
+    """The launch of ``command`` on every slot (or ``np``). ``gpus``: the GPUs of the nodes whose slots hosts.yaml
+    leaves open; None while they are not known yet (then only what is known is checked)."""
     if not command:
         raise LaunchError("run: give the command to launch after --, e.g. hvdcluster run -- python train.py")
     if not inv.hosts:
         raise LaunchError(f"{inv.path}: the inventory has no hosts")
-    per_host = slots(inv)
+    per_host = slots(inv, gpus)
     total = sum(per_host.values())
     np = total if np is None else np
     if np < 1:
         raise LaunchError(f"run: -np must be at least 1 (got {np})")
-    if np > total:
+    if np > total and (gpus is not None or not open_slots(inv)):
         raise LaunchError(f"run: -np {np} is more than the {total} slots of the cluster "
                           f"({', '.join(f'{h}:{s}' for h, s in per_host.items())})")
     prefix = str(inv.vars.get("hvd_pyenv_prefix") or DEFAULT_PREFIX)

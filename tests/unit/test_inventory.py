@@ -214,11 +214,28 @@ def _member_filters():
 def test_the_written_member_list_is_what_the_roles_derive_from_hosts_yml(cluster: spec.ClusterSpec) -> None:
     written = inventory.group_vars(cluster)["cluster.yml"]["hvd_members"]
     hosts = inventory.host_vars(cluster)
-    assert written == _member_filters().hvd_members(list(hosts), hosts)
+    # slots not written in hosts.yaml stay open (null) until the node's GPUs are known
     assert written == [
+        {"name": "ip-192-168-3-3", "fabric": "192.168.3.3", "port": 2200, "slots": None},
+        {"name": "gpu02", "fabric": "10.0.0.4", "port": 2222, "slots": 2},
+    ]
+    filters = _member_filters()
+    assert filters.hvd_members(list(hosts), hosts, written) == filters.hvd_members(list(hosts), hosts) == [
         {"name": "ip-192-168-3-3", "fabric": "192.168.3.3", "port": 2200, "slots": 1},
         {"name": "gpu02", "fabric": "10.0.0.4", "port": 2222, "slots": 2},
     ]
+
+
+@pytest.mark.parametrize(("gpus", "written", "slots"), [
+    (0, None, 1), (1, None, 1), (8, None, 8), (8, 2, 2), (None, None, 1), (0, 3, 3)])
+def test_slots_default_to_the_gpus_the_node_reports_else_one(gpus, written, slots) -> None:
+    host = {"ansible_host": "10.0.0.9"} | ({"hvd_slots": written} if written else {})
+    if gpus is not None:
+        host["ansible_local"] = {"hvd_nvidia_driver": {"gpu_count": gpus}}
+    filters = _member_filters()
+    assert filters.hvd_members(["n1"], {"n1": host})[0]["slots"] == slots
+    listed = [{"name": "n1", "fabric": "10.0.0.9", "port": 22, "slots": written}]
+    assert filters.hvd_members(["n1"], {"n1": host}, listed)[0]["slots"] == slots
 
 
 def test_member_strings_from_hosts_yaml_are_written_unsafe_unless_bare_words(

@@ -82,3 +82,27 @@ def test_the_interface_the_inventory_names_is_used_without_asking_a_node(inv: in
     assert launch.recorded_interface(inv) is None
     named = inventory.Inventory(inv.path, inv.hosts, {**inv.vars, "hvd_fabric_interface": "ib0"})
     assert launch.recorded_interface(named) == "ib0"
+
+
+@pytest.fixture
+def open_inv(tmp_path: Path) -> inventory.Inventory:
+    """gpu01 leaves its slots open (one per GPU found), gpu02 fixes 2."""
+    shutil.copy(FIXTURES / "id_test", tmp_path / "id_test")
+    (tmp_path / "hosts.yaml").write_text(HOSTS.replace(", slots: 2}", "}", 1))
+    return inventory.read(inventory.render(spec.load(tmp_path / "hosts.yaml"), tmp_path / "inv"))
+
+
+@pytest.mark.parametrize(("gpus", "expected"), [(0, 1), (1, 1), (8, 8)])
+def test_open_slots_are_one_per_gpu_found_else_one_and_written_slots_win(open_inv, gpus: int, expected: int) -> None:
+    assert launch.open_slots(open_inv) == ["gpu01"]
+    assert launch.slots(open_inv, {"gpu01": gpus, "gpu02": 8}) == {"gpu01": expected, "gpu02": 2}
+    plan = launch.build(open_inv, ["python", "x.py"], gpus={"gpu01": gpus})
+    assert plan.horovodrun[1:5] == ["-np", str(expected + 2), "-H", f"gpu01:{expected},gpu02:2"]
+
+
+def test_while_the_gpus_are_unknown_a_large_np_is_not_refused_but_a_known_overflow_is(open_inv, inv) -> None:
+    assert launch.build(open_inv, ["python", "x.py"], np=16, gpus=None).horovodrun[1:3] == ["-np", "16"]
+    with pytest.raises(HvdError, match="more than the 10 slots"):
+        launch.build(open_inv, ["python", "x.py"], np=16, gpus={"gpu01": 8})
+    with pytest.raises(HvdError, match="more than the 4 slots"):
+        launch.build(inv, ["python", "x.py"], np=16, gpus=None)  # every slot written: known now
