@@ -16,6 +16,7 @@ import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -177,14 +178,49 @@ def cmd_inventory(args: argparse.Namespace) -> int:
 FULL_VERIFY = {"hvd_verify_allreduce": "always", "hvd_horovod_gate_always": True}
 
 
-def _converge(args: argparse.Namespace, playbook: str, what: str, command: str) -> int:
-    """Resolve, render the inventory, run one playbook with live progress, then the summary."""
-    from .runner import check_environment, run_playbook
+def _tracked_run(root: Path, cluster: spec.ClusterSpec, console: Console, playbook: str, *,
+                 limit: str | None = None, tags: str | None = None, check: bool = False, diff: bool = False,
+                 extravars: dict | None = None) -> tuple[Tracker, Any]:
+    """One playbook run with a live line per node; the tracker of what happened and ansible-runner's result."""
+    from .runner import run_playbook
 
-    out = sys.stdout
-    console = Console(sys.stderr if args.json else out)
+    tracker = Tracker.for_hosts([h.name for h in cluster.hosts])
+    console.update(tracker, set(tracker.hosts))
+
+    def on_event(event: dict) -> None:
+        console.update(tracker, tracker.handle(event))
+
+    result = run_playbook(root, playbook, limit=limit, tags=tags, check=check, diff=diff, extravars=extravars,
+                          on_event=on_event)
+    return tracker, result
+
+
+def _finish(args: argparse.Namespace, console: Console, cluster: spec.ClusterSpec, root: Path, tracker: Tracker,
+            result: Any, extra: dict | None = None) -> int:
+    console.summary(tracker, str(result.log))
+    if args.json:
+        dump_json(sys.stdout, {"cluster": cluster.cluster, "inventory": str(root), "rc": result.rc,
+                               "log": str(result.log), **tracker.as_dict(), **(extra or {})})
+    if tracker.ok and result.rc == 0:
+        return EXIT_OK
+    if not tracker.failures:
+        console.write(f"ansible-playbook ended with rc {result.rc} ({result.status}): see {result.log}")
+    return EXIT_FAILED
+
+
+def _console(args: argparse.Namespace) -> Console:
+    console = Console(sys.stderr if args.json else sys.stdout)
     if args.json:
         console.live = False
+    return console
+
+
+def _converge(args: argparse.Namespace, playbook: str, what: str, command: str) -> int:
+    """Resolve, render the inventory, run one playbook with live progress, then the summary."""
+    from . import nodestate
+    from .runner import check_environment
+
+    console = _console(args)
     check_environment()  # an ANSIBLE_* setting that turns host key checking off: exit 2, nothing written
     output = check_output(args.output)
     tags = getattr(args, "tags", None)
@@ -201,33 +237,152 @@ def _converge(args: argparse.Namespace, playbook: str, what: str, command: str) 
         check = getattr(args, "check", False)
         mode = " (check mode: nothing is changed)" if check else ""
         console.step(3, 3, f"{what} playbooks/{playbook}{mode}")
-
         extravars = FULL_VERIFY if getattr(args, "verify", False) else None
-        tracker = Tracker.for_hosts([h.name for h in cluster.hosts])
-        console.update(tracker, set(tracker.hosts))
+        tracker, result = _tracked_run(root, cluster, console, playbook, limit=args.limit, tags=tags, check=check,
+                                       diff=getattr(args, "diff", False), extravars=extravars)
+        if playbook == "site.yml" and not check:
+            if tracker.ok and result.rc == 0 and not args.limit and not tags:
+                nodestate.record_inputs(root, nodestate.inputs_digest(root))  # the fast path's reference
+            elif not (tracker.ok and result.rc == 0):
+                nodestate.forget_inputs(root)
+    extra = {"converged": [h for h, s in tracker.hosts.items() if s.ok or s.changed]} if playbook == "site.yml" else {}
+    return _finish(args, console, cluster, root, tracker, result, extra)
 
-        def on_event(event: dict) -> None:
-            console.update(tracker, tracker.handle(event))
 
-        result = run_playbook(root, playbook, limit=args.limit, tags=tags, check=check,
-                              diff=getattr(args, "diff", False), extravars=extravars, on_event=on_event)
-    console.summary(tracker, str(result.log))
+def _fast_path(args: argparse.Namespace) -> int | None:
+    """`up` on a cluster converged before from the same inputs: read every node (one module call each); nodes in
+    sync are not converged again; a drifted node runs the roles that own its drifted items and those after them;
+    then the post-flight proves the whole cluster again. None: converge fully instead (no record of some node,
+    inputs changed since the last full converge, a node unreachable, or a drift no role repairs)."""
+    from . import drift, nodestate
+    from .runner import check_environment
+
+    check_environment()
+    output = check_output(args.output)
+    cluster, plan = load_and_resolve(args.hosts)
+    root = inventory_root(output, cluster)
+    if not (root / "hosts.yml").is_file() or not nodestate.recorded_inputs(root):
+        return None
+    console = _console(args)
+    names = [h.name for h in cluster.hosts]
+    with lock.hold(root, "up"):
+        render(cluster, output, plan)
+        if nodestate.inputs_digest(root) != nodestate.recorded_inputs(root):
+            console.write("inputs changed since the last full converge: converging every node")
+            return None
+        want = nodestate.desired(root, names)
+        if any(state is None for state in want.values()):
+            return None
+        console.step(1, 3, f"read every node's state ({len(names)} nodes, read-only)")
+        reading = nodestate.read(root, hosts=names)
+        if reading.unreachable:
+            return None
+        report = drift.compare(want, reading.found, [])
+        drifted = [n for n in names if n in report.drifted]
+        if any(not d.role for n in drifted for d in report.drifted[n]):
+            console.write(drift.render(report))
+            console.write("a difference no role repairs (see above): converging every node")
+            return None
+        fast = {"in_sync": [n for n in names if n not in report.drifted],
+                "repaired": {n: [d.item for d in report.drifted[n]] for n in drifted}, "read_seconds":
+                round(reading.seconds, 2)}
+        if not drifted:
+            console.write(f"  {drift.render(report)}")
+            console.write(f"every node is in its desired state (read in {reading.seconds:.1f} s): nothing to converge")
+            if args.json:
+                dump_json(sys.stdout, {"cluster": cluster.cluster, "inventory": str(root), "rc": 0, "log": reading.log,
+                                       "ok": True, "hosts": {n: {"status": "up-to-date", "ok": 0, "changed": 0,
+                                                                 "failed": 0, "unreachable": 0, "skipped": 0}
+                                                             for n in names},
+                                       "failures": [], "notices": {}, "preflight": {}, "fast_path": fast,
+                                       "converged": []})
+            return EXIT_OK
+        console.write(drift.render(report))
+        order = drift.ROLES
+        first = min(order.index(report.first_role(n)) for n in drifted)
+        roles = [r for r in order[first:] if r != "hvd_verify"]
+        console.step(2, 3, f"repair {', '.join(drifted)}: {', '.join(roles)}")
+        tracker, result = _tracked_run(root, cluster, console, "site.yml", limit=",".join(drifted),
+                                       tags=",".join([*roles, "hvd_state"]))
+        if not (tracker.ok and result.rc == 0):
+            nodestate.forget_inputs(root)
+            return _finish(args, console, cluster, root, tracker, result, {"fast_path": fast})
+        console.step(3, 3, "prove the cluster again: playbooks/verify.yml on every node")
+        proof, proof_result = _tracked_run(root, cluster, console, "verify.yml")
+        for name, host in tracker.hosts.items():  # one summary: the repair's counts and the proof's
+            other = proof.hosts.get(name)
+            if other is not None:
+                for field_name in ("ok", "changed", "skipped"):
+                    setattr(other, field_name, getattr(other, field_name) + getattr(host, field_name))
+        if not (proof.ok and proof_result.rc == 0):
+            nodestate.forget_inputs(root)
+    return _finish(args, console, cluster, root, proof, proof_result, {"fast_path": fast, "converged": drifted})
+
+
+def existing_inventory(args: argparse.Namespace, cluster: spec.ClusterSpec) -> Path:
+    """The inventory `up` wrote for ``cluster`` (check and run work on it; they never rewrite it)."""
+    root = Path(args.output) / cluster.cluster
+    if not (root / "hosts.yml").is_file():
+        raise HvdError(f"{root}: no inventory yet; run `hvdcluster up {args.hosts}` first")
+    return root
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Compare every node with the desired state and with its peers; read-only (check mode, no sudo)."""
+    from . import drift, nodestate
+    from .runner import check_environment
+
+    check_environment()
+    cluster = spec.load(args.hosts)
+    check_limit(args.limit, cluster)
+    root = existing_inventory(args, cluster)
+    names = [h.name for h in cluster.hosts]
+    with lock.hold(root, "check"):
+        reading = nodestate.read(root, args.limit, hosts=[] if args.limit else names)
+    scope = [n for n in names if n in reading.found or n in reading.unreachable]
+    report = drift.compare(nodestate.desired(root, scope), {n: reading.found.get(n) for n in scope},
+                           list(reading.unreachable))
     if args.json:
-        dump_json(out, {"cluster": cluster.cluster, "inventory": str(root), "rc": result.rc,
-                        "log": str(result.log), **tracker.as_dict()})
-    if tracker.ok and result.rc == 0:
-        return EXIT_OK
-    if not tracker.failures:
-        console.write(f"ansible-playbook ended with rc {result.rc} ({result.status}): see {result.log}")
-    return EXIT_FAILED
+        doc = drift.to_json(report)
+        doc.update({"cluster": cluster.cluster, "inventory": str(root), "log": reading.log,
+                    "seconds": round(reading.seconds, 2), "why_unreachable": reading.unreachable})
+        dump_json(sys.stdout, doc)
+    else:
+        print(drift.render(report))
+        for node, why in reading.unreachable.items():
+            print(f"  {node}: {why}")
+        print(f"(read {len(reading.found)} of {len(scope)} nodes in {reading.seconds:.1f} s; log: {reading.log})")
+    return drift.exit_code(report)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    if not args.full and not (args.limit or args.tags or args.check or args.verify):
+        fast = _fast_path(args)
+        if fast is not None:
+            return fast
     return _converge(args, "site.yml", "converge", "up")
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
     return _converge(args, "preflight.yml", "check every node, read-only:", "preflight")
+
+
+def _launch_gate(args: argparse.Namespace, cluster: spec.ClusterSpec, root: Path) -> int | None:
+    """Refuse a launch across nodes that differ in what every rank must share (the env, the Horovod build, MPI,
+    NCCL) or that cannot be read: exit 1 naming the odd node and item. None: launch."""
+    from . import drift, nodestate
+
+    with lock.hold(root, "run"):
+        reading = nodestate.read(root, hosts=[h.name for h in cluster.hosts])
+    problems = [f"{node}: {why}" for node, why in reading.unreachable.items()] + drift.gate(reading.found)
+    if not problems:
+        return None
+    print("hvdcluster: not launching: the nodes differ in what every rank must share "
+          "(run `hvdcluster check` for the whole report, `hvdcluster up` to repair, or --no-gate to launch anyway):",
+          file=sys.stderr)
+    for line in problems:
+        print(f"  {line}", file=sys.stderr)
+    return EXIT_FAILED
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -255,7 +410,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                   "job starts (shown as 1; write `slots:` in hosts.yaml to fix them)", file=sys.stderr)
         print(shlex.join(plan.argv()))
         return EXIT_OK
-    # The SSH look-ups, once everything else is known to be right.
+    # The look-ups on the nodes, once everything else is known to be right.
+    if not args.no_gate:
+        refused = _launch_gate(args, cluster, root)
+        if refused is not None:
+            return refused
     gpus = launch.gpu_counts(inv, open_slots) if open_slots else {}
     if nic is None:
         nic = launch.fabric_interface(inv, next(iter(inv.hosts)))
@@ -299,8 +458,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verify", action="store_true",
                    help="run horovodrun --check-build and the allreduces even when nothing changed since they "
                    "last passed")
+    p.add_argument("--full", action="store_true",
+                   help="converge every node with every role, even those whose state is the desired one")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("check", help="compare every node with the desired state and its peers (read-only)",
+                       description="Reads every node in one read-only module call (check mode, no sudo) and "
+                       "compares it with the state the last successful converge recorded and with its peers. "
+                       "Exit code 0 in sync, 1 drifted or unreachable, 2 bad input.")
+    with_output(p)
+    p.add_argument("--limit", help="only these hosts: names from hosts.yaml, comma-separated (globs * ? allowed)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("preflight", help="run the read-only pre-flight checks on every node and report",
                        description="Probes every node and reports each finding (host, check, found, expected, "
@@ -322,6 +492,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--network-interface", help="fabric interface (default: hvd_fabric_interface from the inventory, "
                    "else the one hvd_base recorded on the first node)")
     p.add_argument("--print", action="store_true", help="only print the command")
+    p.add_argument("--no-gate", action="store_true",
+                   help="launch even when the nodes' env, Horovod build, MPI or NCCL differ (the gate reads every node "
+                   "first and refuses such a launch)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the program and its arguments")
     p.set_defaults(func=cmd_run)
     return parser

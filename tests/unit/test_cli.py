@@ -193,9 +193,12 @@ def no_ssh(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError(f"a node was contacted: {args}")
 
+    from hvdcluster import nodestate
+
     monkeypatch.setattr(launch, "fabric_interface", refuse)
     monkeypatch.setattr(launch.subprocess, "run", refuse)
     monkeypatch.setattr(cli.subprocess, "run", refuse)
+    monkeypatch.setattr(nodestate, "read", refuse)
     return []
 
 
@@ -357,3 +360,87 @@ def test_the_run_holds_the_lock_while_ansible_runs(hosts: Path, tmp_path: Path, 
     cli.main(["preflight", str(hosts), "-o", str(tmp_path / "inv")])
     assert seen[0]["pid"] == os.getpid() and seen[0]["command"] == "preflight"
     assert lock.holder(tmp_path / "inv" / "c1") is None
+
+
+# ------------------------------------------------------------------------------------------ check and the launch gate
+# The nodes are read by playbooks/state.yml through ansible-runner (tests/cluster covers that for real); here the
+# reading is given, to prove what the commands make of it.
+
+SHARED = {"env.dist.torch": "2.13.0 aaaa", "env.lock": "l1", "env.key": "k1", "horovod.version": "0.28.1",
+          "horovod.record": "r1", "horovod.key": "h1", "mpi.version": "4.1.4", "nccl.version": "absent",
+          "nccl.header": "absent", "os.release": "debian 12", "os.kernel": "6.1"}
+
+
+def fake_reading(monkeypatch: pytest.MonkeyPatch, found: dict, unreachable: dict | None = None) -> list:
+    from hvdcluster import nodestate
+
+    calls: list = []
+
+    def read(root, limit=None, hosts=()):
+        calls.append((root, limit))
+        return nodestate.Reading(found=found, unreachable=unreachable or {}, log="log", seconds=0.1)
+
+    monkeypatch.setattr(nodestate, "read", read)
+    return calls
+
+
+def test_run_gate_refuses_a_node_whose_env_differs_naming_it_and_no_gate_launches(
+    hosts: Path, rendered: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    from hvdcluster import launch
+
+    odd = {**SHARED, "env.dist.torch": "2.12.0 bbbb"}
+    fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": odd})
+    launched: list = []
+    monkeypatch.setattr(cli.subprocess, "run", lambda argv, **kw: launched.append(argv) or
+                        subprocess.CompletedProcess(argv, 0))
+    monkeypatch.setattr(launch, "fabric_interface", lambda inv, host: "eth0")
+    capsys.readouterr()
+    assert cli.main(["run", "--hosts", str(hosts), "-o", str(rendered), "--", "python", "t.py"]) == 1
+    err = capsys.readouterr().err
+    assert "not launching" in err and "gpu02" in err and "env.dist.torch" in err and not launched
+    assert cli.main(["run", "--hosts", str(hosts), "-o", str(rendered), "--no-gate", "--", "python", "t.py"]) == 0
+    assert launched and "horovodrun" in launched[0][-1]
+
+
+def test_run_gate_lets_identical_nodes_launch(hosts: Path, rendered: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hvdcluster import launch
+
+    calls = fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": dict(SHARED)})
+    launched: list = []
+    monkeypatch.setattr(cli.subprocess, "run", lambda argv, **kw: launched.append(argv) or
+                        subprocess.CompletedProcess(argv, 0))
+    monkeypatch.setattr(launch, "fabric_interface", lambda inv, host: "eth0")
+    assert cli.main(["run", "--hosts", str(hosts), "-o", str(rendered), "--", "python", "t.py"]) == 0
+    assert len(calls) == 1 and len(launched) == 1
+
+
+def test_check_exits_1_naming_the_drifted_node_and_0_in_sync(
+    hosts: Path, rendered: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    root = rendered / "c1"
+    (root / "state").mkdir()
+    for node in ("gpu01", "gpu02"):
+        (root / "state" / f"{node}.json").write_text(json.dumps({"state": SHARED}))
+    fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": {**SHARED, "env.files": "missing: x.py"}})
+    capsys.readouterr()
+    assert cli.main(["check", str(hosts), "-o", str(rendered), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["in_sync"] == ["gpu01"] and [d["item"] for d in doc["drifted"]["gpu02"]] == ["env.files"]
+    assert doc["drifted"]["gpu02"][0]["role"] == "hvd_pyenv"
+    fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": dict(SHARED)})
+    assert cli.main(["check", str(hosts), "-o", str(rendered)]) == 0
+    assert "in sync" in capsys.readouterr().out
+
+
+def test_check_names_an_unreachable_node_and_exits_1(hosts: Path, rendered: Path, monkeypatch, capsys) -> None:
+    fake_reading(monkeypatch, {"gpu01": dict(SHARED)}, {"gpu02": "unreachable: no route"})
+    capsys.readouterr()
+    assert cli.main(["check", str(hosts), "-o", str(rendered)]) == 1
+    assert "gpu02" in capsys.readouterr().out
+
+
+def test_check_without_an_inventory_or_with_an_unknown_host_exits_2(hosts: Path, tmp_path: Path, rendered: Path,
+                                                                    no_ssh: list, capsys) -> None:
+    _refused(["check", str(hosts), "-o", str(tmp_path / "none")], tmp_path, capsys, "no inventory yet")
+    _refused(["check", str(hosts), "-o", str(rendered), "--limit", "gpu9"], rendered, capsys, "unknown host")

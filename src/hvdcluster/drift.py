@@ -1,0 +1,357 @@
+"""Drift: what a node has against what it should have, folded the way ``clush -b`` folds output.
+
+A node's *state* is the flat dict the state module reads on it (item key -> str/int/bool, e.g.
+``env.lock``, ``pkg.libnccl2``, ``profile.hvd-cuda.sh``). After a successful converge the controller keeps
+each node's state as its *desired* state. :func:`compare` holds every node against its own record and
+against its peers, :func:`render` / :func:`to_json` report the result with identical nodes grouped under
+one folded node set (``gpu[01-16]: in sync``), and :func:`gate` is ``run``'s launch check: the things every
+rank must share are the same on every node.
+
+Plain functions over plain data: no Ansible, no terminal.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
+
+# The roles in playbooks/site.yml order: `up` converges a drifted node from its earliest one onward.
+ROLES = [
+    "hvd_preflight",
+    "hvd_base",
+    "hvd_ssh_mesh",
+    "hvd_nvidia_driver",
+    "hvd_cuda",
+    "hvd_cudnn",
+    "hvd_nccl",
+    "hvd_openmpi",
+    "hvd_pyenv",
+    "hvd_horovod",
+    "hvd_verify",
+]
+
+# A key one side lacks reads as this (the state module uses the same word for a package not installed).
+ABSENT = "absent"
+
+PEERS_NOTE = "differs from peers"
+NO_RECORD_NOTE = "no desired record: compared with peers"
+
+# Items that legitimately differ from node to node: held against the node's own record only.
+PER_NODE_ITEMS = ("os.kernel", "driver.loaded")
+PER_NODE_PREFIXES = ("gpu.",)
+
+# Items every node must share: a node whose own record is odd among its peers' records is reported.
+PEER_ITEMS = ("mpi.version", "mpi.path", "cuda.version", "cudnn.version", "driver.installed", "os.release")
+PEER_PREFIXES = ("env.", "horovod.", "nccl.", "pkg.")
+
+# What every rank of a job must share: `run` launches only when these are identical on all nodes.
+GATE_ITEMS = ("env.lock", "env.key", "horovod.version", "horovod.record", "horovod.key", "mpi.version",
+              "nccl.version", "nccl.header")
+GATE_PREFIXES = ("env.dist.",)
+
+VALUE_WIDTH = 60
+
+# Package name prefixes -> role, first match wins (so nvidia-cuda-toolkit is CUDA's, not the driver's,
+# and cuda-drivers is the driver's, not CUDA's).
+_PKG_OWNERS = (
+    (("openmpi", "libopenmpi"), "hvd_openmpi"),
+    (("cuda-drivers",), "hvd_nvidia_driver"),
+    (("nvidia-cuda-toolkit", "nvidia-cuda-", "cuda-toolkit-", "cuda-"), "hvd_cuda"),
+    (("libcudnn", "nvidia-cudnn"), "hvd_cudnn"),
+    (("libnccl",), "hvd_nccl"),
+    (("nvidia-", "libcuda", "libnvidia", "firmware-nvidia"), "hvd_nvidia_driver"),
+)
+
+_PREFIX_OWNERS = (
+    ("os.", ""),
+    ("driver.", "hvd_nvidia_driver"),
+    ("gpu.", "hvd_nvidia_driver"),
+    ("cuda.", "hvd_cuda"),
+    ("cudnn.", "hvd_cudnn"),
+    ("nccl.", "hvd_nccl"),
+    ("mpi.", "hvd_openmpi"),
+    ("env.", "hvd_pyenv"),
+    ("horovod.", "hvd_horovod"),
+    ("mesh.", "hvd_ssh_mesh"),
+    ("base.", "hvd_base"),
+)
+
+# profile.hvd-<x>.sh / ldconf.hvd-<x>.conf are written by hvd_<x> for these <x>; others by hvd_base.
+_CONFIG_OWNERS = {"cuda", "cudnn", "nccl", "openmpi"}
+
+
+def owner(item: str) -> str:
+    """The role that repairs ``item``; ``""`` when no role does (the OS: the operator fixes it by hand)."""
+    if item.startswith("pkg."):
+        name = item[len("pkg."):]
+        if name.endswith(".hold"):
+            name = name[: -len(".hold")]
+        for prefixes, role in _PKG_OWNERS:
+            if name.startswith(prefixes):
+                return role
+        return "hvd_base"
+    for prefix, role in _PREFIX_OWNERS:
+        if item.startswith(prefix):
+            return role
+    for kind, suffix in (("profile.", ".sh"), ("ldconf.", ".conf")):
+        if item.startswith(kind):
+            name = item[len(kind):]
+            if name.startswith("hvd-") and name.endswith(suffix):
+                x = name[len("hvd-"): -len(suffix)]
+                if x in _CONFIG_OWNERS:
+                    return f"hvd_{x}"
+            return "hvd_base"
+    return "hvd_base"
+
+
+def _role_rank(role: str) -> int:
+    return ROLES.index(role) if role in ROLES else len(ROLES)
+
+
+def _is_per_node(item: str) -> bool:
+    return item in PER_NODE_ITEMS or item.startswith(PER_NODE_PREFIXES)
+
+
+def _is_peer_item(item: str) -> bool:
+    return item in PEER_ITEMS or item.startswith(PEER_PREFIXES)
+
+
+def _is_gate_item(item: str) -> bool:
+    return item in GATE_ITEMS or item.startswith(GATE_PREFIXES)
+
+
+def _canon(value: Any) -> str:
+    """A comparable, hashable form: ``1`` and ``"1"`` and ``True`` stay different."""
+    return json.dumps(value, sort_keys=True)
+
+
+def _get(state: Mapping[str, Any], item: str) -> Any:
+    return state.get(item, ABSENT)
+
+
+def _majority(states: Sequence[Mapping[str, Any]], item: str) -> Any:
+    """The value most of ``states`` share for ``item``; a tie goes to the earliest state holding it."""
+    values = [_get(s, item) for s in states]
+    counts = Counter(_canon(v) for v in values)
+    best = max(counts.values())
+    for value in values:  # first in order among the most common
+        if counts[_canon(value)] == best:
+            return value
+    raise ValueError("no states")  # pragma: no cover - callers pass at least one
+
+
+@dataclass(frozen=True)
+class Difference:
+    node: str
+    item: str
+    expected: Any
+    found: Any
+    role: str
+    note: str = ""
+
+    def key(self) -> tuple[str, str, str, str, str]:
+        """What makes two nodes' differences the same difference (the node aside)."""
+        return (self.item, _canon(self.expected), _canon(self.found), self.role, self.note)
+
+
+@dataclass
+class Report:
+    nodes: list[str] = field(default_factory=list)  # every node, in inventory order
+    in_sync: list[str] = field(default_factory=list)
+    drifted: dict[str, list[Difference]] = field(default_factory=dict)
+    unreachable: list[str] = field(default_factory=list)
+    unrecorded: list[str] = field(default_factory=list)  # reachable nodes without a desired record
+
+    def repair_roles(self, node: str) -> list[str]:
+        """The roles that repair ``node``'s differences, in site.yml order (by-hand items left out)."""
+        roles = {d.role for d in self.drifted.get(node, []) if d.role}
+        return sorted(roles, key=_role_rank)
+
+    def first_role(self, node: str) -> str:
+        """The earliest role to converge ``node`` from; ``""`` when no role repairs what drifted."""
+        roles = self.repair_roles(node)
+        return roles[0] if roles else ""
+
+    def by_hand(self, node: str) -> list[Difference]:
+        """The differences no role repairs (the OS release or kernel): the operator's."""
+        return [d for d in self.drifted.get(node, []) if not d.role]
+
+
+def _order(order: Iterable[str] | None, *groups: Iterable[str]) -> list[str]:
+    seen: dict[str, None] = {}
+    for name in order or ():
+        seen.setdefault(name, None)
+    for group in groups:
+        for name in group:
+            seen.setdefault(name, None)
+    return list(seen)
+
+
+def compare(
+    desired: Mapping[str, Mapping[str, Any] | None],
+    found: Mapping[str, Mapping[str, Any] | None],
+    unreachable: Iterable[str] = (),
+    order: Sequence[str] | None = None,
+) -> Report:
+    """Hold every node against its desired record and against its peers.
+
+    ``desired``: node -> recorded state (None: never converged, or the record was wiped).
+    ``found``: node -> state read now (None or missing: it could not be read, counted unreachable).
+    ``order``: the inventory's node order (default: desired's, then found's, then unreachable's).
+
+    - A node with a record: every item where what was found differs from the record. Where the node
+      matches its record but the record itself is odd among the peers' records on an item all nodes must
+      share (:data:`PEER_ITEMS`), that is reported with the peers' value as expected ("differs from peers").
+    - A node without a record: every item except the per-node ones (kernel, GPU count, loaded driver)
+      against the value most peers' records share; where no node has a record, against the value most
+      reachable nodes have now.
+    """
+    unreachable = list(unreachable)
+    nodes = _order(order, desired, found, unreachable)
+    report = Report(nodes=nodes)
+    down = set(unreachable) | {n for n in nodes if found.get(n) is None}
+    report.unreachable = [n for n in nodes if n in down]
+
+    recorded = [n for n in nodes if desired.get(n) is not None]
+    reachable = [n for n in nodes if n not in down]
+    records = [desired[n] for n in recorded]  # type: ignore[misc]
+
+    # The peers' shared value of every item that all nodes must share, from the records.
+    peer_value: dict[str, Any] = {}
+    if len(records) > 1:
+        items = sorted({k for r in records for k in r if _is_peer_item(k)})
+        peer_value = {item: _majority(records, item) for item in items}
+
+    for node in reachable:
+        now = found[node]
+        assert now is not None
+        record = desired.get(node)
+        diffs: list[Difference] = []
+        if record is not None:
+            for item in sorted(set(record) | set(now)):
+                want, have = _get(record, item), _get(now, item)
+                if _canon(want) != _canon(have):
+                    diffs.append(Difference(node, item, want, have, owner(item)))
+                elif item in peer_value and _canon(peer_value[item]) != _canon(have):
+                    diffs.append(Difference(node, item, peer_value[item], have, owner(item), PEERS_NOTE))
+        else:
+            report.unrecorded.append(node)
+            peers = [desired[n] for n in recorded if n != node]
+            if not peers:  # nothing converged yet: the odd one out among what the nodes have now
+                peers = [found[n] for n in reachable]
+            if peers:
+                items = {k for s in peers for k in s} | set(now)  # type: ignore[union-attr]
+                for item in sorted(i for i in items if not _is_per_node(i)):
+                    want, have = _majority(peers, item), _get(now, item)  # type: ignore[arg-type]
+                    if _canon(want) != _canon(have):
+                        diffs.append(Difference(node, item, want, have, owner(item), NO_RECORD_NOTE))
+        if diffs:
+            report.drifted[node] = diffs
+        else:
+            report.in_sync.append(node)
+    return report
+
+
+def fold(nodes: Iterable[str]) -> str:
+    """``gpu01 .. gpu16`` -> ``gpu[01-16]``, the way ``clush -b`` writes node sets."""
+    names = list(nodes)
+    try:
+        return str(NodeSet.fromlist(names, resolver=RESOLVER_NOGROUP))
+    except NodeSetException:  # a name NodeSet cannot parse: list them as they are
+        return ",".join(names)
+
+
+def _show(value: Any, width: int = VALUE_WIDTH) -> str:
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, str):
+        text = value if value else '""'
+    else:
+        text = json.dumps(value)
+    text = " ".join(text.split())  # one line
+    if len(text) > width:  # keep both ends: digests differ anywhere, paths at the end
+        head = (width - 3) * 2 // 3
+        text = text[:head] + "..." + text[-(width - 3 - head):]
+    return text
+
+
+def _line(d: Difference) -> str:
+    repair = f"repair: {d.role}" if d.role else "repair: by hand"
+    if d.note:
+        repair = f"{d.note}; {repair}"
+    return f"  {d.item}: expected {_show(d.expected)}, found {_show(d.found)} ({repair})"
+
+
+def _blocks(report: Report) -> list[tuple[list[str], list[Difference]]]:
+    """Drifted nodes grouped by identical difference sets, in order of their first node."""
+    groups: dict[tuple, tuple[list[str], list[Difference]]] = {}
+    for node in report.nodes:
+        diffs = report.drifted.get(node)
+        if not diffs:
+            continue
+        diffs = sorted(diffs, key=lambda d: (d.item, d.note))
+        key = tuple(d.key() for d in diffs)
+        groups.setdefault(key, ([], diffs))[0].append(node)
+    return list(groups.values())
+
+
+def render(report: Report) -> str:
+    """The drift report as text: in-sync nodes folded on one line, one block per distinct difference set."""
+    lines: list[str] = []
+    if report.in_sync:
+        lines.append(f"{fold(report.in_sync)}: in sync")
+    for nodes, diffs in _blocks(report):
+        first = report.first_role(nodes[0])
+        how = f"repair from {first}" if first else "repair by hand"
+        lines.append(f"{fold(nodes)}: drifted ({how})")
+        lines.extend(_line(d) for d in diffs)
+    if report.unreachable:
+        lines.append(f"unreachable: {fold(report.unreachable)}")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def exit_code(report: Report) -> int:
+    """0: every node in sync; 1: a node drifted or could not be read."""
+    return 1 if report.drifted or report.unreachable else 0
+
+
+def to_json(report: Report) -> dict[str, Any]:
+    """The report for ``--json``."""
+    return {
+        "in_sync": list(report.in_sync),
+        "drifted": {
+            node: [
+                {"item": d.item, "expected": d.expected, "found": d.found, "role": d.role, "note": d.note}
+                for d in sorted(report.drifted[node], key=lambda d: (d.item, d.note))
+            ]
+            for node in report.nodes
+            if node in report.drifted
+        },
+        "unreachable": list(report.unreachable),
+        "exit": exit_code(report),
+    }
+
+
+def gate(found: Mapping[str, Mapping[str, Any] | None], order: Sequence[str] | None = None) -> list[str]:
+    """``run``'s launch gate: what every rank shares (env, Horovod build, MPI, NCCL) must be identical.
+
+    One message per odd node and item, naming the node, the item, its value and the others' (majority's)
+    value; a node whose state could not be read is a message too. Empty: launch.
+    """
+    nodes = _order(order, found)
+    messages = [f"{n}: no state could be read from it" for n in nodes if found.get(n) is None]
+    states = [(n, found[n]) for n in nodes if found.get(n) is not None]
+    if len(states) < 2:
+        return messages
+    items = sorted({k for _, s in states for k in s if _is_gate_item(k)})  # type: ignore[union-attr]
+    majority = {item: _majority([s for _, s in states], item) for item in items}  # type: ignore[misc]
+    for node, state in states:
+        for item in items:
+            have = _get(state, item)  # type: ignore[arg-type]
+            if _canon(have) != _canon(majority[item]):
+                messages.append(f"{node}: {item} is {_show(have)}, the other nodes have {_show(majority[item])}")
+    return messages

@@ -1,0 +1,141 @@
+"""Node state on the controller: reading every node (playbooks/state.yml), the desired state, the run's inputs.
+
+- ``read(root, limit)`` runs playbooks/state.yml in check mode (one read-only module call per node, no sudo) and
+  collects each node's answer from the run's events.
+- ``desired(root, hosts)`` loads what the last successful converge recorded: ``<root>/state/<node>.json``, written
+  by the last play of site.yml. A record that is missing or unreadable is None: the node is then judged by its
+  peers.
+- ``inputs_digest(root)`` covers everything a converge depends on (the inventory files, hvdcluster's own Ansible
+  content and version); ``up`` records it after a full successful converge and takes the fast path only while it
+  is unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import __version__, paths
+
+STATE_TASK = "Read the node's state"
+INPUTS = "inputs.json"
+
+
+@dataclass
+class Reading:
+    """What one read of every node gave."""
+
+    found: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> state
+    unreachable: dict[str, str] = field(default_factory=dict)  # node -> why (unreachable or the module failed)
+    rc: int = 0
+    log: str = ""
+    seconds: float = 0.0
+
+
+def collect(events: Iterable[dict]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Each node's state from a state.yml run's events, and the nodes that gave none (with why)."""
+    found: dict[str, dict[str, Any]] = {}
+    missing: dict[str, str] = {}
+    for event in events:
+        data = event.get("event_data") or {}
+        host = data.get("host")
+        if not host:
+            continue
+        kind = event.get("event", "")
+        if kind == "runner_on_unreachable":
+            missing[host] = f"unreachable: {str((data.get('res') or {}).get('msg', '')).strip()[:300]}"
+        elif data.get("task") == STATE_TASK and kind == "runner_on_ok":
+            state = (data.get("res") or {}).get("state")
+            if isinstance(state, dict):
+                found[host] = state
+        elif data.get("task") == STATE_TASK and kind == "runner_on_failed":
+            missing[host] = f"failed: {str((data.get('res') or {}).get('msg', '')).strip()[:300]}"
+    for host in found:
+        missing.pop(host, None)
+    return found, missing
+
+
+def read(root: Path, limit: str | None = None, hosts: Iterable[str] = ()) -> Reading:
+    """Read every node (or ``limit``) in check mode; ``hosts``: the nodes expected to answer."""
+    import time
+
+    from .runner import run_playbook
+
+    events: list[dict] = []
+    start = time.monotonic()
+    result = run_playbook(root, "state.yml", limit=limit, check=True, on_event=events.append)
+    found, missing = collect(events)
+    for host in hosts:
+        if host not in found and host not in missing:
+            missing[host] = f"no answer (ansible-playbook rc {result.rc}; see {result.log})"
+    return Reading(found, missing, result.rc, str(result.log), time.monotonic() - start)
+
+
+def state_dir(root: Path) -> Path:
+    return root / "state"
+
+
+def desired(root: Path, hosts: Iterable[str]) -> dict[str, dict[str, Any] | None]:
+    """The recorded desired state of each of ``hosts`` (None where there is no readable record)."""
+    out: dict[str, dict[str, Any] | None] = {}
+    for host in hosts:
+        try:
+            record = json.loads((state_dir(root) / f"{host}.json").read_text())
+            out[host] = record["state"] if isinstance(record.get("state"), dict) else None
+        except (OSError, ValueError, KeyError, AttributeError):
+            out[host] = None
+    return out
+
+
+def _digest_tree(digest: Any, folder: Path, label: str) -> None:
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in sorted(filenames):
+            path = Path(dirpath, name)
+            if name.endswith(".pyc"):
+                continue
+            digest.update(f"{label}/{path.relative_to(folder)}\0".encode())
+            digest.update(path.read_bytes() + b"\0")
+
+
+def inputs_digest(root: Path) -> str:
+    """sha256 of what a converge depends on: the inventory (hosts.yml, every group_vars file, the cluster key's
+    public half) and hvdcluster itself (its version and Ansible content)."""
+    digest = hashlib.sha256(f"hvdcluster {__version__}\0".encode())
+    for path in sorted([root / "hosts.yml", *root.glob("group_vars/**/*"), *root.glob("host_vars/**/*"),
+                        root / "ssh" / "id_ed25519.pub"]):
+        if path.is_file():
+            digest.update(f"{path.relative_to(root)}\0".encode() + path.read_bytes() + b"\0")
+    home = paths.ansible_home()
+    for part in ("ansible.cfg",):
+        digest.update((home / part).read_bytes())
+    for folder in ("roles", "playbooks", "library", "module_utils", "filter_plugins"):
+        if (home / folder).is_dir():
+            _digest_tree(digest, home / folder, folder)
+    return digest.hexdigest()
+
+
+def recorded_inputs(root: Path) -> str:
+    try:
+        return str(json.loads((state_dir(root) / INPUTS).read_text())["inputs"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+
+
+def record_inputs(root: Path, digest: str) -> None:
+    """After a full successful converge: what it converged from."""
+    folder = state_dir(root)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    part = folder / f".{INPUTS}.part-{os.getpid()}"
+    part.write_text(json.dumps({"inputs": digest}) + "\n")
+    os.replace(part, folder / INPUTS)
+
+
+def forget_inputs(root: Path) -> None:
+    """Something changed outside a full converge (a failed run, a partial one): the next `up` converges fully."""
+    (state_dir(root) / INPUTS).unlink(missing_ok=True)
