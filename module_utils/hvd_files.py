@@ -1,9 +1,11 @@
-"""Helpers shared by hvdcluster's modules (library/): file digests."""
+"""Helpers shared by hvdcluster's modules (library/): file digests and hvd_tree's manifest."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import stat
 
 
 def sha256_of(path: str) -> str:
@@ -24,3 +26,43 @@ def add_stamped(digest, path: str) -> None:
             digest.update(b"%s %d\0" % (name, os.fstat(handle.fileno()).st_mtime_ns) + handle.read() + b"\0")
     except OSError:
         digest.update(name + b" -\0")
+
+
+MANIFEST = ".hvd-manifest"
+
+
+def read_manifest(root: str) -> dict | None:
+    """A tree's manifest as hvd_tree writes it (``root/.hvd-manifest``: JSON {relative path: [size, mtime_ns,
+    sha256]}, a link as ["link", target]); None when it is missing or unreadable."""
+    try:
+        with open(os.path.join(root, MANIFEST), encoding="utf-8") as handle:
+            recorded = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return recorded if isinstance(recorded, dict) else None
+
+
+def manifest_entry_differs(full: str, want: list, deep: bool = False) -> str:
+    """hvd_tree's comparison of one manifest entry with the file at ``full``: '' when it is as recorded, else
+    'missing' or 'changed' (a link by its target, a file by size and mtime, with ``deep`` also by sha256)."""
+    try:
+        info = os.lstat(full)
+    except OSError:
+        return "missing"
+    if stat.S_ISDIR(info.st_mode):
+        return "missing"  # hvd_tree's walk lists files and links only
+    if stat.S_ISLNK(info.st_mode):
+        try:
+            return "" if want == ["link", os.readlink(full)] else "changed"
+        except OSError:
+            return "changed"
+    if not want or want[0] == "link" or len(want) < 3:
+        return "changed"
+    if want[0] != info.st_size or want[1] != info.st_mtime_ns:
+        return "changed"
+    if deep:
+        try:
+            return "" if sha256_of(full) == want[2] else "changed"
+        except OSError:
+            return "changed"
+    return ""

@@ -1,0 +1,111 @@
+#!/usr/bin/python
+"""Ansible module: one look at a node, read-only: what hvdcluster installed and manages there, as one flat dict.
+
+``plan --probe``, the pre-flight, ``check``, the fast path of ``up`` and ``run``'s launch gate compare it with
+what the controller recorded. Plain file reads only (no subprocess: no dpkg-query, no python -c), so a node
+answers in well under a second even with a multi-GB torch env: the env's files are checked by size (and, where
+hvd_tree's manifest lists them, modification time); ``deep`` reads every file's content too. The readers live in
+module_utils/hvd_state.py.
+
+It only reads: safe in check mode, never changes anything.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ansible.module_utils.hvd_state import DEBIAN_SSH_PATH, node_state
+
+DOCUMENTATION = r"""
+module: hvd_node_state
+short_description: Read a node's state (packages, GPU stack, MPI, the Python env, SSH mesh, managed blocks) in one call
+description:
+  - Returns I(state), a flat dict of item -> string, integer or boolean, sorted by key; what is not there reads
+    C(absent). Digests are the first 16 hex digits of a sha256.
+  - C(os.release) (ID and VERSION_ID, e.g. C(debian 12)), C(os.kernel).
+  - C(pkg.<name>) (installed version or C(absent)) and C(pkg.<name>.hold), from dpkg's status file, for every
+    package in I(packages) and every package held.
+  - C(driver.installed) (the NVML library's version), C(driver.loaded) (/proc/driver/nvidia/version),
+    C(gpu.count) (ansible_local.hvd_nvidia_driver).
+  - C(cuda.version), C(cuda.home), C(cudnn.version), C(cudnn.home), C(nccl.version), C(nccl.home) (their local
+    facts) and C(nccl.header) (the version nccl.h under the NCCL home says).
+  - C(mpi.path) (the first mpirun on I(ssh_path), resolved), C(mpi.version) (ansible_local.hvd_openmpi).
+  - C(env.python) ("<real interpreter> <version>"), C(env.key), C(env.lock) (sha256 of hvd-requirements.lock),
+    C(env.dist.<name>) ("<version> <digest of its RECORD>") for every distribution but Horovod, C(env.files)
+    (C(ok) or what is missing or changed, checked against each RECORD and hvd_tree's manifest).
+  - C(horovod.version), C(horovod.record), C(horovod.key), C(horovod.checked).
+  - C(mesh.authorized), C(mesh.known_hosts), C(mesh.ssh_config), C(base.hosts), C(base.ca), C(profile.<file>)
+    (/etc/profile.d/hvd-*.sh), C(ldconf.<file>) (/etc/ld.so.conf.d/hvd-*.conf).
+  - Reads only; supports check mode.
+options:
+  cluster: {description: The cluster's name (in the markers of the blocks hvdcluster writes)., type: str,
+            required: true}
+  packages: {description: Debian packages to report (held ones are reported anyway)., type: list, elements: str,
+             default: []}
+  env_prefix: {description: The Python environment., type: path, default: /opt/hvd/env}
+  user: {description: The cluster user (its authorized_keys and ~/.ssh/config)., type: str, default: root}
+  cluster_public_key: {description: The cluster's OpenSSH public key line (type and base64 are compared)., type: str,
+                       default: ""}
+  ssh_path:
+    description: The PATH a non-interactive SSH command gets (Debian's sshd default).
+    type: str
+    default: /usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games
+  deep: {description: "Check every env file's sha256 too, not only its size (and time).", type: bool, default: false}
+  root:
+    description: For tests only - read the node's files below this folder instead of /. The kernel is the running one.
+    type: path
+    default: /
+author: hvdcluster
+"""
+
+EXAMPLES = r"""
+- name: Read the node's state
+  hvd_node_state:
+    cluster: lab
+    packages: [openmpi-bin, nvidia-driver]
+    env_prefix: /opt/hvd/env
+    cluster_public_key: "{{ lookup('ansible.builtin.file', 'cluster_key.pub') }}"
+  register: node
+"""
+
+RETURN = r"""
+state:
+  description: Item -> value (str, int or bool), sorted by key; C(absent) for what is not there.
+  type: dict
+  returned: always
+seconds:
+  description: How long the look took.
+  type: float
+  returned: always
+"""
+
+
+def main() -> None:
+    from ansible.module_utils.basic import AnsibleModule
+
+    module = AnsibleModule(
+        argument_spec={
+            "cluster": {"type": "str", "required": True},
+            "packages": {"type": "list", "elements": "str", "default": []},
+            "env_prefix": {"type": "path", "default": "/opt/hvd/env"},
+            "user": {"type": "str", "default": "root"},
+            "cluster_public_key": {"type": "str", "default": "", "no_log": False},
+            "ssh_path": {"type": "str", "default": DEBIAN_SSH_PATH},
+            "deep": {"type": "bool", "default": False},
+            "root": {"type": "path", "default": "/"},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    start = time.monotonic()
+    try:
+        state = node_state(p["root"], cluster=p["cluster"], packages=p["packages"], env_prefix=p["env_prefix"],
+                           user=p["user"], cluster_public_key=p["cluster_public_key"], ssh_path=p["ssh_path"],
+                           deep=p["deep"])
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg=f"reading the node's state failed: {exc}")
+    module.exit_json(changed=False, state=state, seconds=round(time.monotonic() - start, 3))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,493 @@
+"""Readers of a node's state for hvd_node_state: one look at a node, by plain file reads (no subprocess).
+
+Every reader takes ``root``, the prefix the node's files are read under ("/" on a node; a fake root in tests) and
+returns items of one flat dict: key -> str, int or bool, "absent" for what is not there. Paths in values are the
+node's paths (``root`` left out). Digests are the first 16 hex digits of a sha256 ("d16" below).
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import glob
+import hashlib
+import json
+import os
+import re
+import stat
+
+from ansible.module_utils.hvd_files import manifest_entry_differs, read_manifest, sha256_of
+
+ABSENT = "absent"
+DEBIAN_SSH_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games"  # what sshd gives a command on Debian
+KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"  # hvd_ssh_mesh_known_hosts' default
+CA_GLOB = "/usr/local/share/ca-certificates/hvdcluster*.crt"  # hvd_base installs hvdcluster-ca.crt
+MOST_PROBLEMS = 10
+
+_RUNS = re.compile(r"[-_.]+")
+
+
+# ------------------------------------------------------------------------------------------ paths and files
+
+
+def under(root: str, path: str) -> str:
+    """The node's ``path`` as found below ``root``."""
+    return path if root in ("", "/") else os.path.join(root, path.lstrip("/"))
+
+
+def resolve(root: str, path: str) -> str:
+    """The node's ``path`` with every symlink resolved the way the node sees it (an absolute link target is taken
+    below ``root`` too); a missing part is kept as it is, like ``os.path.realpath``."""
+    if root in ("", "/"):
+        return os.path.realpath(path)
+    parts = [part for part in path.split("/") if part]
+    done, hops = "/", 0
+    while parts:
+        part = parts.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            done = os.path.dirname(done)
+            continue
+        candidate = os.path.join(done, part)
+        full = under(root, candidate)
+        if os.path.islink(full) and hops < 40:
+            hops += 1
+            target = os.readlink(full)
+            if target.startswith("/"):
+                done = "/"
+            parts = [p for p in target.split("/") if p] + parts
+        else:
+            done = candidate
+    return done
+
+
+def read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def d16(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def file_d16(path: str) -> str:
+    try:
+        with open(path, "rb") as handle:
+            return d16(handle.read())
+    except OSError:
+        return ABSENT
+
+
+def read_fact(root: str, name: str) -> dict | None:
+    """``/etc/ansible/facts.d/<name>.fact`` (JSON, as our roles write them); None when missing or unreadable."""
+    text = read_text(under(root, f"/etc/ansible/facts.d/{name}.fact"))
+    if text is None:
+        return None
+    try:
+        fact = json.loads(text)
+    except ValueError:
+        return None
+    return fact if isinstance(fact, dict) else None
+
+
+def canonical(name: str) -> str:
+    """A distribution name as packaging's ``canonicalize_name`` writes it."""
+    return _RUNS.sub("-", name).lower()
+
+
+# ------------------------------------------------------------------------------------------ OS and packages
+
+
+def os_state(root: str) -> dict:
+    """``os.release`` ("debian 12": ID and VERSION_ID of os-release) and ``os.kernel`` (the running kernel)."""
+    text = read_text(under(root, "/etc/os-release")) or read_text(under(root, "/usr/lib/os-release"))
+    fields = {}
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            fields[key.strip()] = value.strip().strip("\"'")
+    release = " ".join(v for v in (fields.get("ID", "").lower(), fields.get("VERSION_ID", "")) if v)
+    return {"os.release": release or ABSENT, "os.kernel": os.uname().release}
+
+
+def dpkg_status(root: str) -> list[tuple[str, str, str, bool, bool]]:
+    """Every entry of dpkg's status file as (package, architecture, version, installed, held)."""
+    entries = []
+    text = read_text(under(root, "/var/lib/dpkg/status")) or ""
+    for stanza in text.split("\n\n"):
+        fields = {}
+        for line in stanza.splitlines():
+            if line[:1] in (" ", "\t", ""):
+                continue
+            key, _, value = line.partition(":")
+            if key in ("Package", "Status", "Version", "Architecture"):
+                fields[key] = value.strip()
+        if "Package" not in fields:
+            continue
+        status = fields.get("Status", "").split()
+        installed = len(status) == 3 and status[2] == "installed"
+        held = bool(status) and status[0] == "hold"
+        entries.append((fields["Package"], fields.get("Architecture", ""), fields.get("Version", ""), installed, held))
+    return entries
+
+
+def packages_state(root: str, names: list[str]) -> dict:
+    """``pkg.<name>`` (installed version, versions comma-joined when several architectures differ, or "absent")
+    and ``pkg.<name>.hold`` for every package in ``names`` and every package held; ``name:arch`` picks one
+    architecture."""
+    versions: dict[str, set] = {}
+    holds: dict[str, bool] = {}
+    for package, arch, version, installed, held in dpkg_status(root):
+        for key in (package, f"{package}:{arch}"):
+            versions.setdefault(key, set())
+            if installed:
+                versions[key].add(version)
+            holds[key] = holds.get(key, False) or held
+    wanted = set(names) | {name for name, held in holds.items() if held and ":" not in name}
+    out = {}
+    for name in wanted:
+        out[f"pkg.{name}"] = ",".join(sorted(versions.get(name, ()))) or ABSENT
+        out[f"pkg.{name}.hold"] = holds.get(name, False)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ GPU stack and MPI
+
+
+def driver_state(root: str) -> dict:
+    """``driver.installed`` (NVML's versioned library file), ``driver.loaded`` (/proc) and ``gpu.count`` (fact)."""
+    usr = glob.escape(under(root, "/usr"))
+    found = set()
+    for pattern in ("lib*/libnvidia-ml.so.*", "lib*/*/libnvidia-ml.so.*"):
+        for path in glob.glob(os.path.join(usr, pattern)):
+            match = re.fullmatch(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)*)", os.path.basename(path))
+            if match:
+                found.add(match.group(1))
+    proc = read_text(under(root, "/proc/driver/nvidia/version")) or ""
+    loaded = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", proc)
+    fact = read_fact(root, "hvd_nvidia_driver") or {}
+    try:
+        count = int(fact.get("gpu_count", 0))
+    except (TypeError, ValueError):
+        count = 0
+    return {"driver.installed": ",".join(sorted(found)) or ABSENT,
+            "driver.loaded": loaded.group(1) if loaded else ABSENT, "gpu.count": count}
+
+
+def nccl_header_version(path: str) -> str:
+    text = read_text(path)
+    if text is None:
+        return ABSENT
+    parts = [re.search(rf"^\s*#define\s+NCCL_{part}\s+(\d+)", text, re.M) for part in ("MAJOR", "MINOR", "PATCH")]
+    return ".".join(m.group(1) for m in parts) if all(parts) else ABSENT
+
+
+def components_state(root: str) -> dict:
+    """``<c>.version`` and ``<c>.home`` of cuda, cudnn, nccl (their facts) and ``nccl.header`` (nccl.h's own)."""
+    out = {}
+    for name in ("cuda", "cudnn", "nccl"):
+        fact = read_fact(root, f"hvd_{name}")
+        for key in ("version", "home"):
+            value = fact.get(key) if fact else None
+            out[f"{name}.{key}"] = str(value) if value is not None else ABSENT
+    home = out["nccl.home"]
+    out["nccl.header"] = (nccl_header_version(under(root, os.path.join(home, "include", "nccl.h")))
+                          if home not in (ABSENT, "") else ABSENT)
+    return out
+
+
+def mpi_state(root: str, ssh_path: str = DEBIAN_SSH_PATH) -> dict:
+    """``mpi.path``: the first executable ``mpirun`` on ``ssh_path``, resolved; ``mpi.version``: hvd_openmpi's
+    fact."""
+    path = ABSENT
+    for folder in ssh_path.split(":"):
+        if not folder.startswith("/"):
+            continue  # an empty or relative entry means the login folder: not where mpirun is installed
+        real = resolve(root, os.path.join(folder, "mpirun"))
+        full = under(root, real)
+        if os.path.isfile(full) and os.access(full, os.X_OK):
+            path = real
+            break
+    fact = read_fact(root, "hvd_openmpi")
+    version = fact.get("version") if fact else None
+    return {"mpi.path": path, "mpi.version": str(version) if version else ABSENT}
+
+
+# ------------------------------------------------------------------------------------------ the Python env
+
+
+def _metadata(info: str) -> tuple[str, str]:
+    """Name and Version from a dist-info's METADATA headers (the folder's name when it has none)."""
+    name = version = ""
+    try:
+        with open(os.path.join(info, "METADATA"), encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if not line.strip():
+                    break  # the headers end at the first empty line; the long description follows
+                key, _, value = line.partition(":")
+                if key == "Name" and not name:
+                    name = value.strip()
+                elif key == "Version" and not version:
+                    version = value.strip()
+                if name and version:
+                    break
+    except OSError:
+        pass
+    if not name or not version:
+        stem = os.path.basename(info)[: -len(".dist-info")]
+        fallback_name, _, fallback_version = stem.partition("-")
+        name, version = name or fallback_name, version or fallback_version or "unknown"
+    return name, version
+
+
+def distributions(prefix: str) -> list[tuple[str, str, str, str]]:
+    """Every distribution installed in the env at ``prefix`` (a real path) as (canonical name, version,
+    site-packages folder, dist-info folder), sorted."""
+    found = []
+    pattern = os.path.join(glob.escape(prefix), "lib", "python*", "site-packages", "*.dist-info")
+    for info in sorted(glob.glob(pattern)):
+        name, version = _metadata(info)
+        found.append((canonical(name), version, os.path.dirname(info), info))
+    return found
+
+
+def _python_version(prefix: str) -> str:
+    text = read_text(os.path.join(prefix, "pyvenv.cfg"))
+    if text is not None:
+        fields = {}
+        for line in text.splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                fields[key.strip()] = value.strip()
+        value = fields.get("version") or fields.get("version_info")
+        if value:
+            return ".".join(value.split(".")[:3])
+    for meta in sorted(glob.glob(os.path.join(glob.escape(prefix), "conda-meta", "python-3*.json"))):
+        match = re.match(r"python-(\d+\.\d+(?:\.\d+)?)-", os.path.basename(meta))
+        if match:
+            return match.group(1)
+    libs = sorted(glob.glob(os.path.join(glob.escape(prefix), "lib", "python3.*")))
+    return os.path.basename(libs[-1])[len("python"):] if libs else "unknown"
+
+
+def _record_files(site: str, info: str) -> dict[str, tuple[str, int | None]]:
+    """The files a dist-info's RECORD lists with a sha256: real path -> (RECORD's hash, size or None);
+    ``__pycache__`` left out (importing as root rewrites it)."""
+    files = {}
+    try:
+        with open(os.path.join(info, "RECORD"), encoding="utf-8", errors="replace", newline="") as handle:
+            rows = list(csv.reader(handle))
+    except OSError:
+        return files
+    for row in rows:
+        if len(row) < 2 or not row[1].startswith("sha256=") or "__pycache__" in row[0].split("/"):
+            continue
+        size = int(row[2]) if len(row) > 2 and row[2].isdigit() else None
+        files[os.path.normpath(os.path.join(site, row[0]))] = (row[1][len("sha256="):], size)
+    return files
+
+
+def _record_differs(full: str, want_hash: str, size: int | None, deep: bool) -> str:
+    try:
+        info = os.stat(full)
+    except OSError:
+        return "missing"
+    if not stat.S_ISREG(info.st_mode):
+        return "missing"
+    if size is not None and info.st_size != size:
+        return "changed"
+    if deep:
+        try:
+            found = base64.urlsafe_b64encode(bytes.fromhex(sha256_of(full))).rstrip(b"=").decode()
+        except OSError:
+            return "changed"
+        return "" if found == want_hash else "changed"
+    return ""
+
+
+def _describe(problems: list[tuple[str, str]]) -> str:
+    if not problems:
+        return "ok"
+    order = {"missing": 0, "changed": 1}
+    problems = sorted(set(problems), key=lambda p: (order.get(p[0], 2), p[1]))
+    text = "; ".join(f"{kind}: {path}" for kind, path in problems[:MOST_PROBLEMS])
+    if len(problems) > MOST_PROBLEMS:
+        text += f"; +{len(problems) - MOST_PROBLEMS} more"
+    return text
+
+
+def verify_env(prefix: str, dists: list[tuple[str, str, str, str]], deep: bool = False) -> str:
+    """``env.files``: "ok" or what differs. Every file a RECORD lists with a sha256 must exist with its size
+    (``deep``: its hash); where hvd_tree's manifest (``.hvd-manifest``) lists a file, it is checked as hvd_tree
+    does instead (size and modification time, ``deep``: sha256), and so is every other file the manifest lists.
+    A path inside site-packages is named relative to it, any other relative to the prefix."""
+    sites = sorted({site for _, _, site, _ in dists}, key=len, reverse=True)
+
+    def name(full: str) -> str:
+        for site in sites:
+            if full.startswith(site + os.sep):
+                return os.path.relpath(full, site)
+        return os.path.relpath(full, prefix) if full.startswith(prefix + os.sep) else full
+
+    problems = []
+    manifest = read_manifest(prefix) or {}
+    listed = set()
+    for rel, want in manifest.items():
+        full = os.path.normpath(os.path.join(prefix, rel))
+        listed.add(full)
+        kind = manifest_entry_differs(full, want, deep)
+        if kind:
+            problems.append((kind, name(full)))
+    for _, _, site, info in dists:
+        for full, (want_hash, size) in _record_files(site, info).items():
+            if full in listed:
+                continue
+            listed.add(full)
+            kind = _record_differs(full, want_hash, size, deep)
+            if kind:
+                problems.append((kind, name(full)))
+    return _describe(problems)
+
+
+def env_state(root: str, env_prefix: str, deep: bool = False) -> dict:
+    """``env.*`` (interpreter, key, lock, every distribution but Horovod, its files) and ``horovod.*``."""
+    keys = ("env.python", "env.key", "env.lock", "env.files", "horovod.version", "horovod.record", "horovod.key",
+            "horovod.checked")
+    prefix = under(root, env_prefix)
+    if not os.path.isdir(prefix):
+        return dict.fromkeys(keys, ABSENT)
+    out = {}
+    python = resolve(root, os.path.join(env_prefix, "bin", "python"))
+    out["env.python"] = f"{python} {_python_version(prefix)}" if os.path.isfile(under(root, python)) else ABSENT
+    for key, file in (("env.key", ".hvd-env-key"), ("horovod.key", ".hvd-horovod-key"),
+                      ("horovod.checked", ".hvd-horovod-checked")):
+        text = read_text(os.path.join(prefix, file))
+        out[key] = text.strip() if text is not None else ABSENT
+    lock = os.path.join(prefix, "hvd-requirements.lock")
+    try:
+        out["env.lock"] = sha256_of(lock)
+    except OSError:
+        out["env.lock"] = ABSENT
+    dists = distributions(prefix)
+    items: dict[str, list[str]] = {}
+    horovod = []
+    for name, version, _, info in dists:
+        record = file_d16(os.path.join(info, "RECORD"))
+        if name == "horovod":
+            horovod.append((version, record))
+        else:
+            items.setdefault(f"env.dist.{name}", []).append(f"{version} {record}")
+    out.update({key: ", ".join(sorted(values)) for key, values in items.items()})
+    out["horovod.version"], out["horovod.record"] = horovod[0] if horovod else (ABSENT, ABSENT)
+    out["env.files"] = verify_env(prefix, dists, deep)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ blocks we manage
+
+
+def read_blocks(path: str, begin: str, prefix: bool = False) -> list[tuple[str, list[str]]]:
+    """The blockinfile blocks of a file whose BEGIN marker line is ``begin`` (``prefix``: starts with ``begin``
+    and a space), as (marker without '# BEGIN ', lines between the markers)."""
+    text = read_text(path)
+    blocks: list[tuple[str, list[str]]] = []
+    current = None
+    for line in (text or "").splitlines():
+        mark = line.rstrip()
+        if current is None:
+            if mark == begin or (prefix and mark.startswith(begin + " ")):
+                current = (mark[len("# BEGIN "):], [])
+        elif mark == "# END " + current[0]:
+            blocks.append(current)
+            current = None
+        else:
+            current[1].append(line)
+    if current is not None:
+        blocks.append(current)
+    return blocks
+
+
+def blocks_d16(blocks: list[tuple[str, list[str]]], named: bool = False) -> str:
+    """d16 of a block's lines (each ended by a newline, as blockinfile's ``block``); ``named``: of every block's
+    marker and lines, in marker order (the order blocks were added in does not count)."""
+    if not blocks:
+        return ABSENT
+    if not named:
+        return d16("".join(line + "\n" for line in blocks[0][1]).encode())
+    return d16("".join(f"{mark}\n" + "".join(line + "\n" for line in lines) + "\0"
+                       for mark, lines in sorted(blocks)).encode())
+
+
+def home_of(root: str, user: str) -> str | None:
+    for line in (read_text(under(root, "/etc/passwd")) or "").splitlines():
+        fields = line.split(":")
+        if len(fields) >= 6 and fields[0] == user:
+            return fields[5]
+    return None
+
+
+def _key_pairs(line: str) -> set[tuple[str, str]]:
+    """(type, base64) pairs of an OpenSSH key line (authorized_keys options and comments around it ignored)."""
+    tokens = line.split()
+    return {(tokens[i], tokens[i + 1]) for i in range(len(tokens) - 1) if tokens[i + 1].startswith("AAAA")}
+
+
+def mesh_state(root: str, cluster: str, user: str = "root", public_key: str = "") -> dict:
+    """``mesh.authorized`` (the cluster key in the user's authorized_keys), ``mesh.known_hosts`` (every node's
+    hvdcluster block in /etc/ssh/ssh_known_hosts) and ``mesh.ssh_config`` (the block in the user's ~/.ssh/config)."""
+    home = home_of(root, user)
+    want = _key_pairs(public_key)
+    authorized = False
+    if home and want:
+        for line in (read_text(under(root, os.path.join(home, ".ssh", "authorized_keys"))) or "").splitlines():
+            if not line.lstrip().startswith("#") and want & _key_pairs(line):
+                authorized = True
+                break
+    begin = f"# BEGIN hvdcluster {cluster}"
+    config = read_blocks(under(root, os.path.join(home, ".ssh", "config")), begin) if home else []
+    return {"mesh.authorized": authorized,
+            "mesh.known_hosts": blocks_d16(read_blocks(under(root, KNOWN_HOSTS), begin, prefix=True), named=True),
+            "mesh.ssh_config": blocks_d16(config)}
+
+
+def base_state(root: str, cluster: str) -> dict:
+    """``base.hosts`` (hvd_base's /etc/hosts block), ``base.ca`` (the CA files it installs), ``profile.<file>``
+    and ``ldconf.<file>`` (our /etc/profile.d/hvd-*.sh and /etc/ld.so.conf.d/hvd-*.conf)."""
+    out = {"base.hosts": blocks_d16(read_blocks(under(root, "/etc/hosts"), f"# BEGIN hvdcluster {cluster} nodes"))}
+    digest = hashlib.sha256()
+    cas = sorted(glob.glob(glob.escape(under(root, os.path.dirname(CA_GLOB))) + "/" + os.path.basename(CA_GLOB)))
+    for path in cas:
+        try:
+            with open(path, "rb") as handle:
+                digest.update(os.path.basename(path).encode() + b"\0" + handle.read() + b"\0")
+        except OSError:
+            digest.update(os.path.basename(path).encode() + b" -\0")
+    out["base.ca"] = digest.hexdigest()[:16] if cas else ABSENT
+    for key, folder, pattern in (("profile", "/etc/profile.d", "hvd-*.sh"),
+                                 ("ldconf", "/etc/ld.so.conf.d", "hvd-*.conf")):
+        for path in sorted(glob.glob(os.path.join(glob.escape(under(root, folder)), pattern))):
+            out[f"{key}.{os.path.basename(path)}"] = file_d16(path)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ all of it
+
+
+def node_state(root: str = "/", *, cluster: str, packages: list[str] | None = None, env_prefix: str = "/opt/hvd/env",
+               user: str = "root", cluster_public_key: str = "", ssh_path: str = DEBIAN_SSH_PATH,
+               deep: bool = False) -> dict:
+    """The node's state: one flat dict, sorted by key."""
+    state = {}
+    state.update(os_state(root))
+    state.update(packages_state(root, list(packages or [])))
+    state.update(driver_state(root))
+    state.update(components_state(root))
+    state.update(mpi_state(root, ssh_path))
+    state.update(env_state(root, env_prefix, deep))
+    state.update(mesh_state(root, cluster, user, cluster_public_key))
+    state.update(base_state(root, cluster))
+    return dict(sorted(state.items()))

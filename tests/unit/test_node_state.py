@@ -1,0 +1,396 @@
+"""hvd_node_state: one look at a node, read from a fake root (real files in tmp_path), and as Ansible runs it."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.unit.test_modules import run_module
+
+import ansible.module_utils  # noqa: E402  the modules import their helpers as Ansible ships them
+
+if str(ROOT / "module_utils") not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(str(ROOT / "module_utils"))
+sys.path.insert(0, str(ROOT / "library"))
+import hvd_tree  # noqa: E402
+from ansible.module_utils import hvd_state  # noqa: E402
+
+CLUSTER = "lab"
+PREFIX = "/opt/hvd/env"
+SITE = PREFIX + "/lib/python3.11/site-packages"
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIClusterKeyBase64 hvdcluster-lab"
+OTHER_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOtherKeyBase64 someone@else"
+
+DPKG = """\
+Package: openmpi-bin
+Status: install ok installed
+Priority: optional
+Architecture: amd64
+Version: 4.1.4-3+b1
+Description: high performance message passing library
+ a continuation line: Version: 9.9
+
+Package: nvidia-driver
+Status: hold ok installed
+Architecture: amd64
+Version: 535.161.08-1
+
+Package: libnccl2
+Status: deinstall ok config-files
+Architecture: amd64
+Version: 2.18.5-1+cuda12.2
+
+Package: linux-image-amd64
+Status: hold ok installed
+Architecture: amd64
+Version: 6.1.76-1
+"""
+
+KNOWN_HOSTS = """\
+# a line of the admin's
+# BEGIN hvdcluster lab n1
+n1,10.0.0.1 ssh-ed25519 AAAAn1
+# END hvdcluster lab n1
+# BEGIN hvdcluster lab n2
+n2,10.0.0.2 ssh-ed25519 AAAAn2
+# END hvdcluster lab n2
+# BEGIN hvdcluster lab2 m1
+m1 ssh-ed25519 AAAAm1
+# END hvdcluster lab2 m1
+"""
+
+EVERY_KEY = {
+    "os.release", "os.kernel", "pkg.openmpi-bin", "pkg.openmpi-bin.hold", "driver.installed", "driver.loaded",
+    "gpu.count", "cuda.version", "cuda.home", "cudnn.version", "cudnn.home", "nccl.version", "nccl.home",
+    "nccl.header", "mpi.path", "mpi.version", "env.python", "env.key", "env.lock", "env.files", "horovod.version",
+    "horovod.record", "horovod.key", "horovod.checked", "mesh.authorized", "mesh.known_hosts", "mesh.ssh_config",
+    "base.hosts", "base.ca"}
+
+
+def write(root: Path, path: str, text: str | bytes, mode: int = 0o644) -> Path:
+    full = root / path.lstrip("/")
+    full.parent.mkdir(parents=True, exist_ok=True)
+    full.write_bytes(text.encode() if isinstance(text, str) else text)
+    full.chmod(mode)
+    return full
+
+
+def record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def make_dist(root: Path, name: str, version: str, files: dict[str, str]) -> Path:
+    """A dist-info in the env's site-packages, as pip installs it: the files, METADATA and a RECORD whose hashes
+    and sizes are computed from them (paths relative to site-packages, '../../../bin/x' for scripts)."""
+    site = root / SITE.lstrip("/")
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\nVersion: 0.0 in the description\n"
+    (info / "METADATA").write_text(metadata)
+    rows = []
+    for rel, text in {**files, f"{info.name}/METADATA": metadata}.items():
+        write(root, os.path.normpath(os.path.join(SITE, rel)), text)
+        rows.append(f"{rel},{record_hash(text.encode())},{len(text.encode())}")
+    rows.append(f"{files and next(iter(files)).split('/')[0]}/__pycache__/x.cpython-311.pyc,,")
+    rows.append(f"{info.name}/RECORD,,")
+    (info / "RECORD").write_text("\n".join(rows) + "\n")
+    return info
+
+
+@pytest.fixture()
+def node(tmp_path: Path) -> Path:
+    root = tmp_path / "node"
+    write(root, "/etc/os-release", 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nNAME="Debian GNU/Linux"\n'
+                                   'VERSION_ID="12"\nID=debian\n')
+    write(root, "/var/lib/dpkg/status", DPKG)
+    write(root, "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.161.08", b"\x7fELF")
+    os.symlink("libnvidia-ml.so.535.161.08", root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")
+    write(root, "/proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  "
+                                               "535.161.08  Release Build  (dvs-builder@U16)\nGCC version: gcc 12\n")
+    facts = "/etc/ansible/facts.d/"
+    write(root, facts + "hvd_nvidia_driver.fact", json.dumps({"gpu_count": "2", "loaded": "535.161.08"}))
+    write(root, facts + "hvd_cuda.fact", json.dumps({"version": "12.2.140", "home": "/usr/local/cuda-12.2"}))
+    write(root, facts + "hvd_nccl.fact", json.dumps({"version": "2.19.3", "home": "/opt/nccl"}))
+    write(root, "/opt/nccl/include/nccl.h", "#define NCCL_MAJOR 2\n#define NCCL_MINOR 19\n#define NCCL_PATCH 3\n")
+    write(root, facts + "hvd_openmpi.fact", json.dumps({"impl": "openmpi", "source": "source", "version": "4.1.6",
+                                                         "mpirun": "/usr/local/bin/mpirun", "details": []}))
+    write(root, "/opt/openmpi-4.1.6/bin/mpirun", "#!elf", 0o755)
+    os.symlink("/opt/openmpi-4.1.6/bin/mpirun", write(root, "/usr/local/bin/x", "").parent / "mpirun")
+    write(root, "/usr/bin/python3.11", "#!elf", 0o755)
+    os.symlink("/usr/bin/python3.11", write(root, PREFIX + "/bin/python3", "").parent / "python")
+    write(root, PREFIX + "/pyvenv.cfg", "home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.11.2\n")
+    write(root, PREFIX + "/.hvd-env-key", "envkey123\n")
+    write(root, PREFIX + "/hvd-requirements.lock", "filelock==3.13.1 --hash=sha256:aa\n")
+    make_dist(root, "filelock", "3.13.1", {"filelock/__init__.py": "from ._api import x\n",
+                                           "filelock/_api.py": "x = 1\n"})
+    make_dist(root, "cloudpickle", "3.0.0", {"cloudpickle/__init__.py": "version = '3.0.0'\n"})
+    make_dist(root, "Horovod", "0.28.1", {"horovod/__init__.py": "__version__ = '0.28.1'\n",
+                                          "../../../bin/horovodrun": "#!python\n"})
+    write(root, PREFIX + "/.hvd-horovod-key", "hvdkey456\n")
+    write(root, PREFIX + "/.hvd-horovod-checked", "hvdkey456\n")
+    write(root, "/etc/passwd", "root:x:0:0:root:/root:/bin/bash\nhvd:x:1000:1000::/home/hvd:/bin/bash\n")
+    write(root, "/home/hvd/.ssh/authorized_keys", f"ssh-rsa AAAAB3other x\nfrom=\"10.0.0.0/8\" {KEY.rsplit(' ', 1)[0]} "
+                                                  "renamed-comment\n")
+    write(root, "/home/hvd/.ssh/config", "Host *\n  ServerAliveInterval 30\n# BEGIN hvdcluster lab\nHost n1 n2\n"
+                                         "    IdentityFile ~/.ssh/hvd_lab\n# END hvdcluster lab\n")
+    write(root, "/etc/ssh/ssh_known_hosts", KNOWN_HOSTS)
+    write(root, "/etc/hosts", "127.0.0.1 localhost\n# BEGIN hvdcluster lab nodes\n10.0.0.1 n1\n10.0.0.2 n2\n"
+                              "# END hvdcluster lab nodes\n")
+    write(root, "/usr/local/share/ca-certificates/hvdcluster-ca.crt", "-----BEGIN CERTIFICATE-----\n")
+    write(root, "/etc/profile.d/hvd-cuda.sh", "export CUDA_HOME=/usr/local/cuda-12.2\n")
+    write(root, "/etc/profile.d/other.sh", "not ours\n")
+    write(root, "/etc/ld.so.conf.d/hvd-openmpi.conf", "/opt/openmpi-4.1.6/lib\n")
+    return root
+
+
+def look(root: Path, **options) -> dict:
+    args = {"cluster": CLUSTER, "packages": ["openmpi-bin"], "env_prefix": PREFIX, "user": "hvd",
+            "cluster_public_key": KEY, **options}
+    return hvd_state.node_state(str(root), **args)
+
+
+# ------------------------------------------------------------------------------------------ the whole state
+
+
+def test_every_key_is_there_with_what_the_node_holds(node: Path) -> None:
+    state = look(node)
+    assert EVERY_KEY <= set(state)
+    assert list(state) == sorted(state)
+    assert all(isinstance(value, (str, int, bool)) for value in state.values())
+    expected = {
+        "os.release": "debian 12", "os.kernel": os.uname().release,
+        "pkg.openmpi-bin": "4.1.4-3+b1", "pkg.openmpi-bin.hold": False,
+        "driver.installed": "535.161.08", "driver.loaded": "535.161.08", "gpu.count": 2,
+        "cuda.version": "12.2.140", "cuda.home": "/usr/local/cuda-12.2", "cudnn.version": "absent",
+        "cudnn.home": "absent", "nccl.version": "2.19.3", "nccl.home": "/opt/nccl", "nccl.header": "2.19.3",
+        "mpi.path": "/opt/openmpi-4.1.6/bin/mpirun", "mpi.version": "4.1.6",
+        "env.python": "/usr/bin/python3.11 3.11.2", "env.key": "envkey123",
+        "env.lock": hashlib.sha256(b"filelock==3.13.1 --hash=sha256:aa\n").hexdigest(), "env.files": "ok",
+        "horovod.version": "0.28.1", "horovod.key": "hvdkey456", "horovod.checked": "hvdkey456",
+        "mesh.authorized": True,
+    }
+    assert {key: state[key] for key in expected} == expected
+    for key in ("horovod.record", "mesh.known_hosts", "mesh.ssh_config", "base.hosts", "base.ca",
+                "profile.hvd-cuda.sh", "ldconf.hvd-openmpi.conf"):
+        assert len(state[key]) == 16 and int(state[key], 16) >= 0, key
+    assert "profile.other.sh" not in state
+    assert sorted(k for k in state if k.startswith("env.dist.")) == ["env.dist.cloudpickle", "env.dist.filelock"]
+    assert state["env.dist.filelock"].startswith("3.13.1 ")
+
+
+def test_an_empty_node_reads_absent_for_everything_asked(tmp_path: Path) -> None:
+    state = look(tmp_path)
+    assert EVERY_KEY - {"os.kernel"} <= set(state)
+    assert {key: value for key, value in state.items()
+            if value not in ("absent", False, 0) and key != "os.kernel"} == {}
+    assert state["gpu.count"] == 0 and state["mesh.authorized"] is False and state["pkg.openmpi-bin.hold"] is False
+
+
+def test_a_missing_env_makes_every_env_item_absent(node: Path) -> None:
+    state = look(node, env_prefix="/opt/hvd/other")
+    env = {key: value for key, value in state.items() if key.startswith(("env.", "horovod."))}
+    assert set(env) == {"env.python", "env.key", "env.lock", "env.files", "horovod.version", "horovod.record",
+                        "horovod.key", "horovod.checked"}
+    assert set(env.values()) == {"absent"}
+
+
+# ------------------------------------------------------------------------------------------ packages
+
+
+def test_held_unheld_and_removed_packages(node: Path) -> None:
+    state = look(node, packages=["openmpi-bin", "libnccl2", "nvidia-driver", "not-there"])
+    assert state["pkg.nvidia-driver"] == "535.161.08-1" and state["pkg.nvidia-driver.hold"] is True
+    assert state["pkg.openmpi-bin"] == "4.1.4-3+b1" and state["pkg.openmpi-bin.hold"] is False
+    assert state["pkg.libnccl2"] == "absent" and state["pkg.libnccl2.hold"] is False  # config files only: removed
+    assert state["pkg.not-there"] == "absent" and state["pkg.not-there.hold"] is False
+    # held packages show although not asked for
+    assert state["pkg.linux-image-amd64"] == "6.1.76-1" and state["pkg.linux-image-amd64.hold"] is True
+
+
+def test_unholding_and_removing_show(node: Path) -> None:
+    status = node / "var/lib/dpkg/status"
+    status.write_text(DPKG.replace("hold ok installed\nArchitecture: amd64\nVersion: 535",
+                                   "install ok installed\nArchitecture: amd64\nVersion: 535")
+                      .replace("Status: install ok installed\nPriority", "Status: deinstall ok config-files\nPriority"))
+    state = look(node, packages=["openmpi-bin", "nvidia-driver"])
+    assert state["pkg.nvidia-driver.hold"] is False and state["pkg.nvidia-driver"] == "535.161.08-1"
+    assert state["pkg.openmpi-bin"] == "absent"
+
+
+# ------------------------------------------------------------------------------------------ GPU stack and MPI
+
+
+def test_a_swapped_nccl_header_shows_although_the_fact_was_not_rewritten(node: Path) -> None:
+    write(node, "/opt/nccl/include/nccl.h", "#define NCCL_MAJOR 2\n#define NCCL_MINOR 21\n#define NCCL_PATCH 5\n")
+    state = look(node)
+    assert state["nccl.version"] == "2.19.3" and state["nccl.header"] == "2.21.5"
+    (node / "opt/nccl/include/nccl.h").unlink()
+    assert look(node)["nccl.header"] == "absent"
+
+
+def test_driver_loaded_reads_the_proprietary_module_line_too(node: Path) -> None:
+    write(node, "/proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb\n")
+    write(node, "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.14", b"")
+    state = look(node)
+    assert state["driver.loaded"] == "550.54.14" and state["driver.installed"] == "535.161.08,550.54.14"
+
+
+def test_mpirun_is_the_first_on_the_ssh_path(node: Path) -> None:
+    assert look(node, ssh_path="/usr/bin:/bin")["mpi.path"] == "absent"
+    write(node, "/usr/bin/mpirun", "#!elf", 0o755)
+    assert look(node)["mpi.path"] == "/opt/openmpi-4.1.6/bin/mpirun"  # /usr/local/bin comes first
+    assert look(node, ssh_path="/usr/bin:/usr/local/bin")["mpi.path"] == "/usr/bin/mpirun"
+
+
+# ------------------------------------------------------------------------------------------ the env
+
+
+def test_a_deleted_and_an_edited_file_show(node: Path) -> None:
+    site = node / SITE.lstrip("/")
+    (site / "filelock/_api.py").unlink()
+    (site / "cloudpickle/__init__.py").write_text("version = '3.0.0'  # edited\n")
+    (node / PREFIX.lstrip("/") / "bin/horovodrun").unlink()  # Horovod's files are checked too
+    assert look(node)["env.files"] == ("missing: bin/horovodrun; missing: filelock/_api.py; "
+                                       "changed: cloudpickle/__init__.py")
+
+
+def test_a_same_size_edit_needs_deep_without_a_manifest(node: Path) -> None:
+    (node / SITE.lstrip("/") / "filelock/_api.py").write_text("x = 2\n")
+    assert look(node)["env.files"] == "ok"
+    assert look(node, deep=True)["env.files"] == "changed: filelock/_api.py"
+
+
+def test_with_hvd_trees_manifest_a_same_size_edit_shows_by_its_time(node: Path) -> None:
+    prefix = node / PREFIX.lstrip("/")
+    hvd_tree.write_manifest(str(prefix), {".hvdcluster", ".hvd-env-key"})
+    assert look(node)["env.files"] == "ok"
+    api = prefix / "lib/python3.11/site-packages/filelock/_api.py"
+    before = api.stat()
+    api.write_text("x = 2\n")
+    os.utime(api, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+    (prefix / "pyvenv.cfg").unlink()  # listed by the manifest only: named relative to the prefix
+    assert look(node)["env.files"] == "missing: pyvenv.cfg; changed: filelock/_api.py"
+    os.utime(api, ns=(before.st_atime_ns, before.st_mtime_ns))  # the time put back: only deep sees it
+    assert look(node)["env.files"] == "missing: pyvenv.cfg"
+    assert look(node, deep=True)["env.files"] == "missing: pyvenv.cfg; changed: filelock/_api.py"
+
+
+def test_many_problems_are_cut_short(node: Path) -> None:
+    make_dist(node, "many", "1.0", {f"many/m{i:02}.py": "x\n" for i in range(14)})
+    for i in range(14):
+        (node / SITE.lstrip("/") / f"many/m{i:02}.py").unlink()
+    files = look(node)["env.files"]
+    assert files.startswith("missing: many/m00.py; ") and files.endswith("missing: many/m09.py; +4 more")
+
+
+def test_another_version_of_a_distribution_changes_its_item_only(node: Path) -> None:
+    before = look(node)
+    site = node / SITE.lstrip("/")
+    for path in sorted(site.glob("filelock-*.dist-info/*")):
+        path.unlink()
+    (site / "filelock-3.13.1.dist-info").rmdir()
+    make_dist(node, "filelock", "3.13.2", {"filelock/__init__.py": "from ._api import x\n",
+                                           "filelock/_api.py": "x = 1  # 3.13.2\n"})
+    after = look(node)
+    assert after["env.dist.filelock"].startswith("3.13.2 ")
+    assert after["env.dist.filelock"] != before["env.dist.filelock"]
+    assert after["env.files"] == "ok"
+    assert {k for k in before if before[k] != after[k]} == {"env.dist.filelock"}
+
+
+def test_horovod_is_reported_apart_from_the_distributions(node: Path) -> None:
+    state = look(node)
+    assert not any("horovod" in key for key in state if key.startswith("env.dist."))
+    info = next((node / SITE.lstrip("/")).glob("Horovod-*.dist-info"))
+    assert state["horovod.record"] == hashlib.sha256((info / "RECORD").read_bytes()).hexdigest()[:16]
+    (info / "RECORD").write_text((info / "RECORD").read_text() + "horovod/extra.py,,\n")
+    assert look(node)["horovod.record"] != state["horovod.record"]
+
+
+def test_a_distribution_name_is_normalized(node: Path) -> None:
+    make_dist(node, "Typing_Extensions", "4.9.0", {"typing_extensions.py": "x\n"})
+    assert look(node)["env.dist.typing-extensions"].startswith("4.9.0 ")
+    assert hvd_state.canonical("zope.interface") == "zope-interface" and hvd_state.canonical("A__B-c") == "a-b-c"
+
+
+# ------------------------------------------------------------------------------------------ mesh and blocks
+
+
+def test_digests_are_stable_and_independent_of_order(node: Path) -> None:
+    first = look(node, packages=["openmpi-bin", "nvidia-driver"])
+    assert look(node, packages=["nvidia-driver", "openmpi-bin"]) == first
+    assert list(look(node, packages=["nvidia-driver", "openmpi-bin"])) == list(first)
+    blocks = KNOWN_HOSTS.split("# BEGIN")
+    write(node, "/etc/ssh/ssh_known_hosts", "# BEGIN".join([blocks[0], blocks[2], blocks[1], blocks[3]]))
+    prefix = node / PREFIX.lstrip("/")
+    hvd_tree.write_manifest(str(prefix), set())
+    with_manifest = look(node)
+    manifest = json.loads((prefix / ".hvd-manifest").read_text())
+    (prefix / ".hvd-manifest").write_text(json.dumps(dict(reversed(list(manifest.items())))))
+    again = look(node)
+    assert again == with_manifest and again["mesh.known_hosts"] == first["mesh.known_hosts"]
+
+
+def test_the_managed_blocks_show_what_changed(node: Path) -> None:
+    state = look(node)
+    write(node, "/etc/ssh/ssh_known_hosts", KNOWN_HOSTS.replace("AAAAm1", "AAAAm9"))  # another cluster's block
+    assert look(node)["mesh.known_hosts"] == state["mesh.known_hosts"]
+    write(node, "/etc/ssh/ssh_known_hosts", KNOWN_HOSTS.replace("AAAAn2", "AAAAn9"))
+    assert look(node)["mesh.known_hosts"] != state["mesh.known_hosts"]
+    write(node, "/etc/hosts",
+          "127.0.0.1 localhost\n# BEGIN hvdcluster lab nodes\n10.0.0.1 n1\n# END hvdcluster lab nodes\n")
+    assert look(node)["base.hosts"] != state["base.hosts"]
+    assert look(node, cluster="lab2")["base.hosts"] == "absent"
+    assert look(node, cluster="lab2")["mesh.ssh_config"] == "absent"
+    assert look(node, user="root")["mesh.ssh_config"] == "absent"
+    write(node, "/etc/profile.d/hvd-cuda.sh", "export CUDA_HOME=/usr/local/cuda-12.4\n")
+    assert look(node)["profile.hvd-cuda.sh"] != state["profile.hvd-cuda.sh"]
+    (node / "usr/local/share/ca-certificates/hvdcluster-ca.crt").unlink()
+    assert look(node)["base.ca"] == "absent"
+
+
+def test_the_cluster_key_is_compared_by_type_and_base64(node: Path) -> None:
+    assert look(node)["mesh.authorized"] is True  # behind options, under another comment
+    assert look(node, cluster_public_key=OTHER_KEY)["mesh.authorized"] is False
+    assert look(node, cluster_public_key="")["mesh.authorized"] is False
+    assert look(node, user="nobody")["mesh.authorized"] is False
+    assert look(node, user="root")["mesh.authorized"] is False
+
+
+# ------------------------------------------------------------------------------------------ as Ansible runs it
+
+
+def test_the_module_only_reads_and_returns_the_same_state(node: Path) -> None:
+    args = {"cluster": CLUSTER, "packages": ["openmpi-bin"], "env_prefix": PREFIX, "user": "hvd",
+            "cluster_public_key": KEY, "root": str(node)}
+    result = run_module("hvd_node_state", args, check=True)
+    assert result["changed"] is False and "failed" not in result
+    assert result["state"] == look(node) and list(result["state"]) == sorted(result["state"])
+    assert isinstance(result["seconds"], float)
+    assert run_module("hvd_node_state", args)["state"] == result["state"]
+    assert run_module("hvd_node_state", {"root": str(node)}).get("failed")  # cluster is required
+
+
+def test_the_module_on_a_real_env_is_fast(capsys: pytest.CaptureFixture) -> None:
+    prefix = Path(sys.prefix)
+    sites = list(prefix.glob("lib/python*/site-packages/*.dist-info"))
+    if not sites:
+        pytest.skip(f"{prefix} has no site-packages with dist-infos")
+    result = run_module("hvd_node_state", {"cluster": CLUSTER, "env_prefix": str(prefix)}, check=True)
+    assert result["changed"] is False
+    state = result["state"]
+    records = sum(len((info / "RECORD").read_text().splitlines()) for info in sites if (info / "RECORD").exists())
+    with capsys.disabled():
+        print(f"\nhvd_node_state on {prefix}: {len(sites)} distributions, {records} RECORD lines, "
+              f"{result['seconds']} s; env.files: {state['env.files']}")
+    assert state["env.python"] != "absent" and state["env.files"] != "absent"
+    assert len([key for key in state if key.startswith("env.dist.")]) + (state["horovod.version"] != "absent") \
+        == len({hvd_state.canonical(hvd_state._metadata(str(info))[0]) for info in sites})
+    assert result["seconds"] < 5
