@@ -238,13 +238,13 @@ def _converge(args: argparse.Namespace, playbook: str, what: str, command: str) 
         mode = " (check mode: nothing is changed)" if check else ""
         console.step(3, 3, f"{what} playbooks/{playbook}{mode}")
         extravars = FULL_VERIFY if getattr(args, "verify", False) else None
+        if playbook == "site.yml" and not check:
+            nodestate.forget_inputs(root)  # recorded again only when this run ends well: a run cut short never counts
         tracker, result = _tracked_run(root, cluster, console, playbook, limit=args.limit, tags=tags, check=check,
                                        diff=getattr(args, "diff", False), extravars=extravars)
         if playbook == "site.yml" and not check:
             if tracker.ok and result.rc == 0 and not args.limit and not tags:
                 nodestate.record_inputs(root, nodestate.inputs_digest(root))  # the fast path's reference
-            elif not (tracker.ok and result.rc == 0):
-                nodestate.forget_inputs(root)
     extra = {"converged": [h for h, s in tracker.hosts.items() if s.ok or s.changed]} if playbook == "site.yml" else {}
     return _finish(args, console, cluster, root, tracker, result, extra)
 
@@ -273,7 +273,7 @@ def _fast_path(args: argparse.Namespace) -> int | None:
         want = nodestate.desired(root, names)
         if any(state is None for state in want.values()):
             return None
-        console.step(1, 3, f"read every node's state ({len(names)} nodes, read-only)")
+        console.step(1, 2, f"read every node's state ({len(names)} nodes, read-only)")
         reading = nodestate.read(root, hosts=names)
         if reading.unreachable:
             return None
@@ -300,23 +300,17 @@ def _fast_path(args: argparse.Namespace) -> int | None:
         console.write(drift.render(report))
         order = drift.ROLES
         first = min(order.index(report.first_role(n)) for n in drifted)
-        roles = [r for r in order[first:] if r != "hvd_verify"]
-        console.step(2, 3, f"repair {', '.join(drifted)}: {', '.join(roles)}")
-        tracker, result = _tracked_run(root, cluster, console, "site.yml", limit=",".join(drifted),
-                                       tags=",".join([*roles, "hvd_state"]))
-        if not (tracker.ok and result.rc == 0):
-            nodestate.forget_inputs(root)
-            return _finish(args, console, cluster, root, tracker, result, {"fast_path": fast})
-        console.step(3, 3, "prove the cluster again: playbooks/verify.yml on every node")
-        proof, proof_result = _tracked_run(root, cluster, console, "verify.yml")
-        for name, host in tracker.hosts.items():  # one summary: the repair's counts and the proof's
-            other = proof.hosts.get(name)
-            if other is not None:
-                for field_name in ("ok", "changed", "skipped"):
-                    setattr(other, field_name, getattr(other, field_name) + getattr(host, field_name))
-        if not (proof.ok and proof_result.rc == 0):
-            nodestate.forget_inputs(root)
-    return _finish(args, console, cluster, root, proof, proof_result, {"fast_path": fast, "converged": drifted})
+        roles = order[first:]
+        console.step(2, 2, f"repair {', '.join(drifted)} ({', '.join(r for r in roles if r != 'hvd_verify')}), "
+                           "then prove the whole cluster (hvd_verify)")
+        inputs = nodestate.recorded_inputs(root)
+        nodestate.forget_inputs(root)  # recorded again only when the repair and the proof end well
+        # One run: the roles' plays take only the drifted nodes (hvd_targets); the post-flight takes every node.
+        tracker, result = _tracked_run(root, cluster, console, "site.yml", tags=",".join([*roles, "hvd_state"]),
+                                       extravars={"hvd_targets": ",".join(drifted)})
+        if tracker.ok and result.rc == 0:
+            nodestate.record_inputs(root, inputs)
+    return _finish(args, console, cluster, root, tracker, result, {"fast_path": fast, "converged": drifted})
 
 
 def existing_inventory(args: argparse.Namespace, cluster: spec.ClusterSpec) -> Path:

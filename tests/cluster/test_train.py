@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import SUDO_USER, Cli, changed_tasks, task_outcomes
+from tests.cluster.conftest import SUDO_USER, Cli, changed_tasks, run_events, task_outcomes
 from tests.lab import Lab
 
 pytestmark = pytest.mark.containers
@@ -93,8 +93,16 @@ ALLREDUCE = "Allreduce over every slot of every node"
 CHECK_BUILD = "Ask horovodrun what it was built with"
 
 
-def test_second_up_builds_nothing_and_changes_nothing(converged) -> None:
+def test_second_up_finds_every_node_in_its_desired_state_and_converges_nothing(converged) -> None:
     rc, doc, err = converged.up_json()
+    assert rc == 0, err[-4000:]
+    assert doc["fast_path"]["in_sync"] == ["node1", "node2"] and doc["converged"] == [], doc
+    assert all(h["changed"] == 0 and h["status"] == "up-to-date" for h in doc["hosts"].values())
+    assert set(task_outcomes(doc["log"])) == {"Read the node's state"}  # one read-only task per node, nothing else
+
+
+def test_second_full_up_builds_nothing_and_changes_nothing(converged) -> None:
+    rc, doc, err = converged.up_json("--full")
     assert rc == 0, err[-4000:]
     assert all(h["changed"] == 0 for h in doc["hosts"].values())
     # nothing the allreduce and the build gate proved has changed: the slow proofs are not repeated,
@@ -113,6 +121,12 @@ def test_up_verify_runs_the_build_gate_and_the_allreduces_anyway(converged) -> N
     assert tasks["Check every rank's sum"] == {"ok"}
 
 
+def hosts_of(log: str, task: str) -> set[str]:
+    """The hosts a task ran on (ok or changed) in the run whose log `up --json` names."""
+    return {e["event_data"]["host"] for e in run_events(log)
+            if e.get("event") == "runner_on_ok" and e["event_data"].get("task") == task}
+
+
 def test_up_repairs_a_node_whose_horovod_was_removed(converged, lab2: Lab) -> None:
     gone = lab2.exec(2, "/opt/hvd/env/bin/pip", "uninstall", "-y", "-q", "horovod")
     assert gone.returncode == 0, gone.stderr
@@ -123,8 +137,9 @@ def test_up_repairs_a_node_whose_horovod_was_removed(converged, lab2: Lab) -> No
     assert "Install the wheel into the environment" in changed_tasks(doc["log"], "node2")
     assert doc["hosts"]["node1"]["changed"] == 0, changed_tasks(doc["log"], "node1")
     tasks = task_outcomes(doc["log"])
-    assert tasks[CHECK_BUILD] == {"ok", "skipped"}, tasks  # the gate again on the repaired node only
+    assert hosts_of(doc["log"], CHECK_BUILD) == {"node2"}, tasks  # the gate again on the repaired node only
     assert tasks[ALLREDUCE] == {"ok"}, tasks  # and the cluster proven again
+    assert doc["fast_path"]["repaired"]["node2"] and doc["fast_path"]["in_sync"] == ["node1"]
     check = lab2.exec(2, "/opt/hvd/env/bin/horovodrun", "--check-build")
     assert check.returncode == 0 and "[X] PyTorch" in check.stdout, check.stdout + check.stderr
 

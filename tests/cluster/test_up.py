@@ -7,12 +7,13 @@ key, and a stopped node (the last two restore what they change).
 from __future__ import annotations
 
 import itertools
+import json
 import subprocess
 import time
 
 import pytest
 
-from tests.cluster.conftest import assert_no_trap_fired
+from tests.cluster.conftest import SUDO_USER, assert_no_trap_fired
 from tests.lab import Lab
 
 pytestmark = pytest.mark.containers
@@ -54,12 +55,118 @@ def test_second_up_changes_nothing(hvd) -> None:
     assert rc == 0, err[-4000:]
     assert {name: h["changed"] for name, h in doc["hosts"].items()} == {"node1": 0, "node2": 0, "node3": 0}
     assert all(h["status"] == "up-to-date" for h in doc["hosts"].values())
+    assert doc["fast_path"]["in_sync"] == ["node1", "node2", "node3"]
 
 
 def test_check_mode_on_a_converged_cluster_changes_nothing(hvd) -> None:
     rc, doc, err = hvd.up_json("--check")
     assert rc == 0, err[-4000:]
     assert all(h["changed"] == 0 for h in doc["hosts"].values())
+
+
+# ------------------------------------------------------------------------------------------ drift: check, then up
+
+def node_files(lab: Lab, index: int) -> str:
+    """What `check` must leave alone on a node: every file we manage with its modification time, and the
+    package states."""
+    listing = ("find /etc/hosts /etc/ssh/ssh_known_hosts /etc/profile.d /etc/ld.so.conf.d /opt/hvd /etc/ansible "
+               "/var/lib/hvdcluster -printf '%p %T@\\n' 2>/dev/null | sort; dpkg -l | md5sum; apt-mark showhold")
+    return lab.exec(index, "sh", "-c", listing).stdout
+
+
+def check_json(hvd, *args: str) -> tuple[int, dict]:
+    proc = hvd("check", "hosts.yaml", "--json", *args)
+    try:
+        return proc.returncode, json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"no JSON from check (rc {proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-3000:]}")
+
+
+def test_check_on_a_converged_cluster_exits_0_and_changes_nothing(hvd, lab3: Lab) -> None:
+    before = [node_files(lab3, i) for i in (1, 2, 3)]
+    rc, doc = check_json(hvd)
+    assert rc == 0 and doc["in_sync"] == ["node1", "node2", "node3"] and doc["drifted"] == {}, doc
+    assert [node_files(lab3, i) for i in (1, 2, 3)] == before
+    text = hvd("check", "hosts.yaml")
+    assert text.returncode == 0 and "node[1-3]: in sync" in text.stdout, text.stdout + text.stderr
+
+
+SITE = "/opt/hvd/env/lib/python3.11/site-packages"
+# One drift at a time on node2: (what is done, the item `check` must name, the role that repairs it).
+DRIFTS = {
+    "env-file-deleted": (f"rm {SITE}/psutil/_common.py", "env.files", "hvd_pyenv"),
+    "env-file-edited": (f"echo '# edited' >> {SITE}/cloudpickle/__init__.py", "env.files", "hvd_pyenv"),
+    "env-package-version": ("/opt/hvd/env/bin/pip install -q --no-deps --force-reinstall 'cloudpickle==3.0.0' "
+                            "|| /opt/hvd/env/bin/pip install -q --no-deps --force-reinstall 'cloudpickle==2.2.1'",
+                            "env.dist.cloudpickle", "hvd_pyenv"),
+    "horovod-uninstalled": ("/opt/hvd/env/bin/pip uninstall -y -q horovod", "horovod.version", "hvd_horovod"),
+    "horovod-replaced": ("/opt/hvd/env/bin/python /tmp/other_horovod.py /tmp && "
+                         "/opt/hvd/env/bin/pip install -q --no-deps --no-index --force-reinstall "
+                         "/tmp/horovod-0.28.1-py3-none-any.whl", "horovod.record", "hvd_horovod"),
+    "mpi-package-removed": ("DEBIAN_FRONTEND=noninteractive apt-get remove -y -q --allow-change-held-packages "
+                            "openmpi-bin >/dev/null", "pkg.openmpi-bin", "hvd_openmpi"),
+    "held-package-unheld": ("apt-mark unhold openmpi-bin", "pkg.openmpi-bin.hold", "hvd_openmpi"),
+    "cluster-key-unauthorized": (f"sed -i '/hvdcluster@ct3/d' /home/{SUDO_USER}/.ssh/authorized_keys",
+                                 "mesh.authorized", "hvd_ssh_mesh"),
+    "known-hosts-wiped": ("sed -i '/hvdcluster ct3/,/hvdcluster ct3/d' /etc/ssh/ssh_known_hosts; "
+                          "sed -i '/hvdcluster ct3/d' /etc/ssh/ssh_known_hosts", "mesh.known_hosts", "hvd_ssh_mesh"),
+    # /etc/hosts is bind-mounted into a container: rewritten in place, never replaced (sed -i would rename)
+    "hosts-block-edited": ("sed 's/^[0-9.]* node3 /10.255.255.3 node3 /' /etc/hosts > /root/hosts.new && "
+                           "! cmp -s /etc/hosts /root/hosts.new && cat /root/hosts.new > /etc/hosts", "base.hosts",
+                           "hvd_base"),
+    "ca-bundle-removed": ("rm -f /usr/local/share/ca-certificates/hvdcluster*.crt", "base.ca", "hvd_base"),
+}
+
+# A wheel named like the installed Horovod but built otherwise (here: another file set): what a node gets when
+# someone `pip install`s their own build over ours.
+OTHER_HOROVOD = """\
+import base64, hashlib, sys, zipfile
+files = {"horovod/__init__.py": b"__version__ = '0.28.1'\\n",
+         "horovod-0.28.1.dist-info/METADATA": b"Metadata-Version: 2.1\\nName: horovod\\nVersion: 0.28.1\\n",
+         "horovod-0.28.1.dist-info/WHEEL": b"Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"}
+def h(data):
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+record = "".join(f"{name},{h(data)},{len(data)}\\n" for name, data in files.items())
+record += "horovod-0.28.1.dist-info/RECORD,,\\n"
+with zipfile.ZipFile(sys.argv[1] + "/horovod-0.28.1-py3-none-any.whl", "w") as wheel:
+    for name, data in files.items():
+        wheel.writestr(name, data)
+    wheel.writestr("horovod-0.28.1.dist-info/RECORD", record)
+"""
+
+
+@pytest.mark.parametrize("kind", list(DRIFTS))
+def test_drift_on_one_node_is_named_by_check_and_repaired_by_up_leaving_the_others_alone(
+        hvd, lab3: Lab, kind: str) -> None:
+    command, item, role = DRIFTS[kind]
+    if kind == "horovod-replaced":
+        assert lab3.exec(2, "sh", "-c", f"cat > /tmp/other_horovod.py <<'EOF'\n{OTHER_HOROVOD}EOF").returncode == 0
+    done = lab3.exec(2, "sh", "-c", command)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rc, doc = check_json(hvd)
+    assert rc == 1 and list(doc["drifted"]) == ["node2"], doc
+    named = {d["item"]: d for d in doc["drifted"]["node2"]}
+    assert item in named and named[item]["role"] == role, doc["drifted"]["node2"]
+    assert doc["in_sync"] == ["node1", "node3"]
+    others = [node_files(lab3, i) for i in (1, 3)]
+    rc, up, err = hvd.up_json()
+    assert rc == 0, err[-4000:]
+    assert up["fast_path"]["in_sync"] == ["node1", "node3"] and up["converged"] == ["node2"], up.get("fast_path")
+    assert up["hosts"]["node1"]["changed"] == 0 and up["hosts"]["node3"]["changed"] == 0
+    assert [node_files(lab3, i) for i in (1, 3)] == others
+    rc, doc = check_json(hvd)
+    assert rc == 0 and doc["drifted"] == {}, doc
+
+
+def test_run_refuses_a_cluster_with_one_drifted_env_naming_the_node(hvd, lab3: Lab) -> None:
+    assert lab3.exec(2, "sh", "-c", DRIFTS["env-package-version"][0]).returncode == 0
+    try:
+        proc = hvd("run", "--", "python", "-c", "print('ran')")
+        assert proc.returncode == 1 and "ran" not in proc.stdout, proc.stdout + proc.stderr
+        assert "node2" in proc.stderr and "env.dist.cloudpickle" in proc.stderr, proc.stderr
+    finally:
+        rc, _, err = hvd.up_json()
+        assert rc == 0, err[-4000:]
 
 
 def test_the_cluster_private_key_stays_out_of_the_logs(hvd, lab3: Lab) -> None:
@@ -95,7 +202,7 @@ def test_a_changed_host_key_is_refused(hvd, lab3: Lab, tmp_path) -> None:
 
 def test_a_second_up_on_the_same_inventory_stops_at_once_naming_the_first(hvd, lab3: Lab) -> None:
     lock = lab3.workdir / "inventories" / "ct3" / ".lock"
-    first = subprocess.Popen([str(hvd.bin / "hvdcluster"), "up", "hosts.yaml"], cwd=hvd.cwd,
+    first = subprocess.Popen([str(hvd.bin / "hvdcluster"), "up", "hosts.yaml", "--full"], cwd=hvd.cwd,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
