@@ -444,3 +444,81 @@ def test_check_without_an_inventory_or_with_an_unknown_host_exits_2(hosts: Path,
                                                                     no_ssh: list, capsys) -> None:
     _refused(["check", str(hosts), "-o", str(tmp_path / "none")], tmp_path, capsys, "no inventory yet")
     _refused(["check", str(hosts), "-o", str(rendered), "--limit", "gpu9"], rendered, capsys, "unknown host")
+
+
+# ------------------------------------------------------------------------------------------ the fast path of up
+
+
+class FakeRun:
+    """Stands in for ansible-runner's run: records what `up` asked for and reports every node fine."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    def __call__(self, root, cluster, console, playbook, **kw):
+        from hvdcluster.progress import Tracker
+
+        self.calls.append({"playbook": playbook, **kw})
+        tracker = Tracker.for_hosts([h.name for h in cluster.hosts])
+        tracker.finished = True
+        return tracker, type("Result", (), {"rc": 0, "log": root / "log", "status": "successful"})()
+
+
+@pytest.fixture
+def recorded(rendered: Path, monkeypatch: pytest.MonkeyPatch) -> FakeRun:
+    """A cluster converged before from these very inputs, every node's desired state on record."""
+    from hvdcluster import nodestate
+
+    root = rendered / "c1"
+    (root / "state").mkdir()
+    for node in ("gpu01", "gpu02"):
+        (root / "state" / f"{node}.json").write_text(json.dumps({"state": SHARED}))
+    nodestate.record_inputs(root, nodestate.inputs_digest(root))
+    fake = FakeRun()
+    monkeypatch.setattr(cli, "_tracked_run", fake)
+    return fake
+
+
+def test_up_converges_nothing_when_every_node_is_in_its_desired_state(hosts, rendered, recorded, monkeypatch,
+                                                                      capsys) -> None:
+    fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": dict(SHARED)})
+    capsys.readouterr()
+    assert cli.main(["up", str(hosts), "-o", str(rendered), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["fast_path"]["in_sync"] == ["gpu01", "gpu02"] and recorded.calls == []
+
+
+def test_up_repairs_a_drifted_node_from_the_first_role_that_owns_its_drift(hosts, rendered, recorded, monkeypatch,
+                                                                          capsys) -> None:
+    fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": {**SHARED, "horovod.record": "other"}})
+    capsys.readouterr()
+    assert cli.main(["up", str(hosts), "-o", str(rendered), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["fast_path"] == {"in_sync": ["gpu01"], "repaired": {"gpu02": ["horovod.record"]}, "read_seconds": 0.1}
+    assert recorded.calls == [{"playbook": "site.yml", "tags": "hvd_horovod,hvd_verify,hvd_state",
+                               "extravars": {"hvd_targets": "gpu02"}}]
+
+
+@pytest.mark.parametrize("why", ["inputs", "record", "unreachable", "by-hand", "full"])
+def test_up_converges_every_node_when_the_fast_path_cannot_be_trusted(hosts, rendered, recorded, monkeypatch,
+                                                                      why: str) -> None:
+    from hvdcluster import nodestate
+
+    root = rendered / "c1"
+    found, unreachable, argv = {"gpu01": dict(SHARED), "gpu02": dict(SHARED)}, {}, []
+    if why == "inputs":
+        (root / "group_vars" / "all" / "local.yml").write_text("hvd_fabric_interface: ib0\n")
+    elif why == "record":
+        (root / "state" / "gpu02.json").unlink()
+    elif why == "unreachable":
+        unreachable = {"gpu02": "unreachable: no route"}
+    elif why == "by-hand":
+        found["gpu02"] = {**SHARED, "os.kernel": "6.2"}
+    else:
+        argv = ["--full"]
+    fake_reading(monkeypatch, found, unreachable)
+    converged: list = []
+    monkeypatch.setattr(cli, "_converge", lambda *a: converged.append(a[1]) or 0)
+    assert cli.main(["up", str(hosts), "-o", str(rendered), *argv]) == 0
+    assert converged == ["site.yml"] and recorded.calls == []
+    assert nodestate.recorded_inputs(root)  # the full converge decides about it, not the fast path
