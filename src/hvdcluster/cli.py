@@ -431,6 +431,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("-o", "--output", default="inventories",
                        help="folder that holds the inventory folder <cluster>/ (default: ./inventories)")
 
+    def read_only(p: argparse.ArgumentParser) -> None:  # the commands that look at nodes and change nothing
+        with_output(p)
+        p.add_argument("--limit", help="only these hosts: names from hosts.yaml, comma-separated (globs * ? allowed)")
+        p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+
     p = sub.add_parser("plan", help="print the resolved software stack and why each value was chosen")
     with_output(p)
     p.add_argument("--probe", action="store_true",
@@ -461,17 +466,13 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Reads every node in one read-only module call (check mode, no sudo) and "
                        "compares it with the state the last successful converge recorded and with its peers. "
                        "Exit code 0 in sync, 1 drifted or unreachable, 2 bad input.")
-    with_output(p)
-    p.add_argument("--limit", help="only these hosts: names from hosts.yaml, comma-separated (globs * ? allowed)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    read_only(p)
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("preflight", help="run the read-only pre-flight checks on every node and report",
                        description="Probes every node and reports each finding (host, check, found, expected, "
                        "fix); changes nothing. Exit code 1 when a check failed.")
-    with_output(p)
-    p.add_argument("--limit", help="only these hosts: names from hosts.yaml, comma-separated (globs * ? allowed)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    read_only(p)
     p.set_defaults(func=cmd_preflight)
 
     p = sub.add_parser("run", help="launch a Horovod job with horovodrun on the first node",
