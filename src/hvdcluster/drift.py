@@ -41,7 +41,9 @@ PEERS_NOTE = "differs from peers"
 NO_RECORD_NOTE = "no desired record: compared with peers"
 
 # Items that legitimately differ from node to node: held against the node's own record only.
-PER_NODE_ITEMS = ("os.kernel", "driver.loaded")
+# What may differ between healthy nodes: compared with the node's own record only. horovod.checked is the stamp of
+# the check-build that passed on that node (its build key and its installed RECORD's modification time).
+PER_NODE_ITEMS = ("os.kernel", "driver.loaded", "horovod.checked")
 PER_NODE_PREFIXES = ("gpu.",)
 
 # Items every node must share: a node whose own record is odd among its peers' records is reported.
@@ -117,7 +119,7 @@ def _is_per_node(item: str) -> bool:
 
 
 def _is_peer_item(item: str) -> bool:
-    return item in PEER_ITEMS or item.startswith(PEER_PREFIXES)
+    return (item in PEER_ITEMS or item.startswith(PEER_PREFIXES)) and not _is_per_node(item)
 
 
 def _is_gate_item(item: str) -> bool:

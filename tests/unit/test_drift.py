@@ -327,3 +327,12 @@ def test_gate_refuses_a_node_whose_state_could_not_be_read():
     found = nodes(NODES3)
     found["node2"] = None
     assert gate(found) == ["node2: no state could be read from it"]
+
+
+def test_the_check_build_stamp_of_each_node_is_its_own_and_never_compared_with_peers() -> None:
+    states = {n: {"horovod.checked": f"key {n}-record-time", "horovod.record": "r1"} for n in ("node1", "node2")}
+    report = drift.compare(states, {n: dict(s) for n, s in states.items()}, [])
+    assert report.drifted == {} and report.in_sync == ["node1", "node2"]
+    moved = {**states["node2"], "horovod.checked": "key other"}
+    assert [d.item for d in drift.compare(states, {"node1": states["node1"], "node2": moved}, []).drifted["node2"]] == [
+        "horovod.checked"]
