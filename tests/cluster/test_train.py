@@ -98,7 +98,8 @@ def test_second_up_finds_every_node_in_its_desired_state_and_converges_nothing(c
     assert rc == 0, err[-4000:]
     assert doc["fast_path"]["in_sync"] == ["node1", "node2"] and doc["converged"] == [], doc
     assert all(h["changed"] == 0 and h["status"] == "up-to-date" for h in doc["hosts"].values())
-    assert set(task_outcomes(doc["log"])) == {"Read the node's state"}  # one read-only task per node, nothing else
+    ran = {task for task, outcomes in task_outcomes(doc["log"]).items() if outcomes - {"skipped"}}
+    assert ran == {"Read the node's state"}, ran  # one read-only task per node, nothing else
 
 
 def test_second_full_up_builds_nothing_and_changes_nothing(converged) -> None:
