@@ -29,7 +29,7 @@ import shutil
 import stat
 import subprocess
 
-from ansible.module_utils.hvd_files import sha256_of
+from ansible.module_utils.hvd_files import MANIFEST, manifest_entry_differs, read_manifest, sha256_of
 
 DOCUMENTATION = r"""
 module: hvd_tree
@@ -65,7 +65,6 @@ intact: {description: "verified: the tree is complete (marker) and every file is
 differences: {description: "verified: what differs (at most 20), e.g. 'changed: lib/x.py', 'missing: bin/y'.", type: list}
 """
 
-MANIFEST = ".hvd-manifest"
 _SKIP_DIRS = {"__pycache__"}
 
 
@@ -145,27 +144,16 @@ def write_manifest(root: str, skip: set[str]) -> None:
 
 def verify(root: str, skip: set[str], deep: bool = False, exact: bool = False, most: int = 20) -> list[str]:
     """What differs between ``root`` and its manifest: missing or changed files (``deep``: by content), and with
-    ``exact`` files it does not list."""
-    try:
-        with open(os.path.join(root, MANIFEST), encoding="utf-8") as handle:
-            recorded = json.load(handle)
-    except (OSError, ValueError):
+    ``exact`` files it does not list. Each file is judged as hvd_node_state judges it (module_utils/hvd_files)."""
+    recorded = read_manifest(root)
+    if recorded is None:
         return [f"no manifest: {root} was not installed by this version of hvdcluster"]
     found = dict(_walk(root, skip | {MANIFEST}))
     differences = [f"missing: {rel}" for rel in sorted(set(recorded) - set(found))]
     if exact:
         differences += [f"added: {rel}" for rel in sorted(set(found) - set(recorded))]
     for rel in sorted(set(recorded) & set(found)):
-        want = recorded[rel]
-        full = os.path.join(root, rel)
-        now = _entry(full, found[rel], False)
-        if want[0] == "link" or now[0] == "link":
-            same = want == now
-        else:
-            same = want[0] == now[0] and want[1] == now[1]
-            if same and deep:
-                same = sha256_of(full) == want[2]
-        if not same:
+        if manifest_entry_differs(os.path.join(root, rel), recorded[rel], deep):
             differences.append(f"changed: {rel}")
         if len(differences) > most:
             break
