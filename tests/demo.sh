@@ -9,8 +9,8 @@ tests/setup.sh
 if [ "${1:-}" = "down" ]; then
     exec .venv/bin/python tests/lab.py down --name demo
 fi
-# Fresh nodes have fresh host keys: forget the ones pinned for the last demo.
-rm -rf .demo/inventories/demo/ssh/known_hosts
+# Fresh nodes have fresh host keys and nothing of the last demo's state: forget what was recorded for those.
+rm -rf .demo/inventories/demo/ssh/known_hosts .demo/inventories/demo/state
 .venv/bin/python tests/lab.py up --name demo --nodes "${HVD_DEMO_NODES:-3}" --dir .demo
 cd .demo
 exec ../.venv/bin/hvdcluster up hosts.yaml "$@"
