@@ -122,6 +122,14 @@ def _per_host(host: str, p: dict[str, Any], plan: dict[str, Any]) -> list[dict[s
     return out
 
 
+
+def _odd_ones(values: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """Where the nodes disagree: (host, its value, the most common value) for every host off the common one."""
+    if len(set(values.values())) < 2:
+        return []
+    common = Counter(values.values()).most_common(1)[0][0]
+    return [(host, value, common) for host, value in sorted(values.items()) if value != common]
+
 def _cross(probes: dict[str, dict[str, Any]], plan: dict[str, Any]) -> list[dict[str, str]]:
     out = []
     if not plan.get("set_hostname"):
@@ -177,32 +185,23 @@ def _cross(probes: dict[str, dict[str, Any]], plan: dict[str, Any]) -> list[dict
         for route in peers.values():
             if route.get("mtu"):
                 mtus[host] = route["mtu"]
-    if len(set(mtus.values())) > 1:
-        common = Counter(mtus.values()).most_common(1)[0][0]
-        for host, mtu in sorted(mtus.items()):
-            if mtu != common:
-                out.append(_finding(host, "mtu", FAIL, f"fabric MTU {mtu}", f"the MTU of the others ({common})",
-                                    f"set MTU {common} on the fabric interface (ip link set dev IF mtu {common})"))
+    for host, mtu, common in _odd_ones(mtus):
+        out.append(_finding(host, "mtu", FAIL, f"fabric MTU {mtu}", f"the MTU of the others ({common})",
+                            f"set MTU {common} on the fabric interface (ip link set dev IF mtu {common})"))
 
     gpu_sets = {h: tuple(sorted((p.get("nvidia") or {}).get("gpus") or [])) for h, p in probes.items()}
     gpu_sets = {h: g for h, g in gpu_sets.items() if g}
-    if len(set(gpu_sets.values())) > 1:
-        common = Counter(gpu_sets.values()).most_common(1)[0][0]
-        for host, gpus in sorted(gpu_sets.items()):
-            if gpus != common:
-                out.append(_finding(host, "gpu-models", WARN, f"GPUs {', '.join(gpus)}",
-                                    f"the GPUs of the others ({', '.join(common)})",
-                                    "expect the slowest GPU to set the pace; build for every compute capability"))
+    for host, gpus, common in _odd_ones(gpu_sets):
+        out.append(_finding(host, "gpu-models", WARN, f"GPUs {', '.join(gpus)}",
+                            f"the GPUs of the others ({', '.join(common)})",
+                            "expect the slowest GPU to set the pace; build for every compute capability"))
 
     versions = {h: (p.get("mpi") or {}).get("version") for h, p in probes.items()}
     versions = {h: v for h, v in versions.items() if v}
-    if len(set(versions.values())) > 1:
-        common = Counter(versions.values()).most_common(1)[0][0]
-        for host, version in sorted(versions.items()):
-            if version != common:
-                out.append(_finding(host, "mpi-same", FAIL, f"non-interactive SSH finds {version}",
-                                    f"the MPI of the others ({common})",
-                                    "remove the stray MPI from the PATH, then let hvd_openmpi install one MPI"))
+    for host, version, common in _odd_ones(versions):
+        out.append(_finding(host, "mpi-same", FAIL, f"non-interactive SSH finds {version}",
+                            f"the MPI of the others ({common})",
+                            "remove the stray MPI from the PATH, then let hvd_openmpi install one MPI"))
 
     window = plan.get("controller_time") or []
     skew = float(plan.get("max_clock_skew_s", 0) or 0)
