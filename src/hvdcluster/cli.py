@@ -387,9 +387,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise HvdError(f"run: -np must be at least 1 (got {args.np})")
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     cluster = spec.load(args.hosts)
-    root = Path(args.output) / cluster.cluster
-    if not (root / "hosts.yml").is_file():
-        raise HvdError(f"{root}: no inventory yet; run `hvdcluster up {args.hosts}` first")
+    root = existing_inventory(args, cluster)
     inv = inventory.read(root)
     nic = args.network_interface or launch.recorded_interface(inv)
     open_slots = launch.open_slots(inv)
