@@ -1,8 +1,8 @@
 """hvd_preflight's judge: what every node's probe found -> findings, on the controller.
 
-``probes`` maps each host to what ``files/probe.py`` printed there, plus what the role read over the
-connection itself (``os``, ``mpi``). ``plan`` holds what is about to be installed and the limits (see
-the role's defaults). Each finding: host, check, severity (fail or warn), found, expected, fix.
+``probes`` maps each host to its host look (hvd_node_state with ``look``), plus what the role read itself
+(``os`` from the facts, ``mpi.login``: a login shell's mpirun). ``plan`` holds what is about to be installed and
+the limits (see the role's defaults). Each finding: host, check, severity (fail or warn), found, expected, fix.
 Pure functions, so the rules are unit-tested without nodes (tests/unit/test_preflight_rules.py).
 """
 

@@ -7,17 +7,13 @@ any install: hvd_horovod runs its ``horovodrun --check-build`` gate again when i
 passed. With ``files``, one more digest covers those files (path, modification time and content; a missing one
 counted as missing) and then the RECORD the same way: hvd_verify's fingerprint of what its allreduce depends on.
 
-It only reads: safe in check mode, never changes anything.
+It only reads: safe in check mode, never changes anything. The readers are hvd_node_state's
+(module_utils/hvd_state.py): one way of finding and reading a distribution's RECORD.
 """
 
 from __future__ import annotations
 
-import glob
-import hashlib
-import os
-import re
-
-from ansible.module_utils.hvd_files import add_stamped
+from ansible.module_utils.hvd_state import fingerprint
 
 DOCUMENTATION = r"""
 module: hvd_dist_record
@@ -69,59 +65,6 @@ files_sha256:
   type: str
   returned: when files are given
 """
-
-_RUNS = re.compile(r"[-_.]+")
-
-
-def canonical(name: str) -> str:
-    """A distribution name as packaging's ``canonicalize_name`` writes it."""
-    return _RUNS.sub("-", name).lower()
-
-
-def records(prefix: str, name: str) -> list[str]:
-    """Every ``<prefix>/lib/python*/site-packages/<name>-*.dist-info/RECORD`` of the distribution, sorted."""
-    want = canonical(name)
-    found = []
-    for info in glob.glob(os.path.join(glob.escape(prefix), "lib", "python*", "site-packages", "*.dist-info")):
-        dist = os.path.basename(info)[: -len(".dist-info")].split("-", 1)[0]
-        if canonical(dist) == want and os.path.isfile(os.path.join(info, "RECORD")):
-            found.append(os.path.join(info, "RECORD"))
-    return sorted(found)
-
-
-def record_sha256(paths: list[str]) -> str:
-    """sha256 of each RECORD's modification time (ns, then a space) and content; 'none' without one (or when one
-    cannot be read)."""
-    digest = hashlib.sha256()
-    try:
-        for path in paths:
-            with open(path, "rb") as handle:
-                digest.update(b"%d " % os.fstat(handle.fileno()).st_mtime_ns + handle.read())
-    except OSError:
-        return "none"
-    return digest.hexdigest() if paths else "none"
-
-
-def files_sha256(files: list[str], paths: list[str], name: str) -> str:
-    """sha256 of ``files`` then the RECORDs, each as its path, modification time and content (a missing file as
-    its path and '-'); ``no <name>`` in place of the RECORD when the distribution is not installed."""
-    digest = hashlib.sha256()
-    for path in files:
-        add_stamped(digest, path)
-    for path in paths:
-        add_stamped(digest, path)
-    if not paths:
-        digest.update(b"no " + name.encode())
-    return digest.hexdigest()
-
-
-def fingerprint(prefix: str, name: str, files: list[str] | None = None) -> dict[str, str]:
-    """What the module returns: record, sha256 and, with ``files``, files_sha256."""
-    paths = records(prefix, name)
-    out = {"record": paths[0] if paths else "", "sha256": record_sha256(paths)}
-    if files:
-        out["files_sha256"] = files_sha256(files, paths, name)
-    return out
 
 
 def main() -> None:

@@ -7,6 +7,11 @@ answers in well under a second even with a multi-GB torch env: the env's files a
 hvd_tree's manifest lists them, modification time); ``deep`` reads every file's content too. The readers live in
 module_utils/hvd_state.py.
 
+With ``look`` it also looks at the host itself (module_utils/hvd_host.py): what the pre-flight judges and
+``plan --probe`` resolves for (kernel and headers, disks, /dev/shm, GPUs, compilers, the interpreter, the MPI of
+non-interactive SSH commands, routes and ports to the peers). That look asks programs and opens connections, so
+it is only made when asked for.
+
 It only reads: safe in check mode, never changes anything.
 """
 
@@ -14,7 +19,8 @@ from __future__ import annotations
 
 import time
 
-from ansible.module_utils.hvd_state import DEBIAN_SSH_PATH, node_state
+from ansible.module_utils.hvd_host import look
+from ansible.module_utils.hvd_state import node_state
 
 DOCUMENTATION = r"""
 module: hvd_node_state
@@ -36,6 +42,7 @@ description:
   - C(horovod.version), C(horovod.record), C(horovod.key), C(horovod.checked).
   - C(mesh.authorized), C(mesh.known_hosts), C(mesh.ssh_config), C(base.hosts), C(base.ca), C(profile.<file>)
     (/etc/profile.d/hvd-*.sh), C(ldconf.<file>) (/etc/ld.so.conf.d/hvd-*.conf).
+  - With I(look), also I(host): the host as the pre-flight judges it and C(plan --probe) resolves for it.
   - Reads only; supports check mode.
 options:
   cluster: {description: The cluster's name (in the markers of the blocks hvdcluster writes)., type: str,
@@ -47,10 +54,18 @@ options:
   cluster_public_key: {description: The cluster's OpenSSH public key line (type and base64 are compared)., type: str,
                        default: ""}
   ssh_path:
-    description: The PATH a non-interactive SSH command gets (Debian's sshd default).
+    description:
+      - The PATH a non-interactive SSH command gets. Empty - /etc/environment's PATH where it sets one, else
+        Debian's sshd default (/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games).
     type: str
-    default: /usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games
+    default: ""
   deep: {description: "Check every env file's sha256 too, not only its size (and time).", type: bool, default: false}
+  look:
+    description:
+      - Look at the host too (returned as I(host)). Keys, all optional - C(peers) (list of name, address, port,
+        probe_port), C(paths) (folders whose free space matters), C(tmp_dir) (must be writable), C(host_cxx)
+        (the CUDA host compiler).
+    type: dict
   root:
     description: For tests only - read the node's files below this folder instead of /. The kernel is the running one.
     type: path
@@ -73,6 +88,10 @@ state:
   description: Item -> value (str, int or bool), sorted by key; C(absent) for what is not there.
   type: dict
   returned: always
+host:
+  description: With I(look) - release, python, kernel, secure_boot, nvidia, gcc, mpi, disks, shm, interfaces and peers.
+  type: dict
+  returned: when look is given
 seconds:
   description: How long the look took.
   type: float
@@ -90,8 +109,9 @@ def main() -> None:
             "env_prefix": {"type": "path", "default": "/opt/hvd/env"},
             "user": {"type": "str", "default": "root"},
             "cluster_public_key": {"type": "str", "default": "", "no_log": False},
-            "ssh_path": {"type": "str", "default": DEBIAN_SSH_PATH},
+            "ssh_path": {"type": "str", "default": ""},
             "deep": {"type": "bool", "default": False},
+            "look": {"type": "dict"},
             "root": {"type": "path", "default": "/"},
         },
         supports_check_mode=True,
@@ -102,9 +122,15 @@ def main() -> None:
         state = node_state(p["root"], cluster=p["cluster"], packages=p["packages"], env_prefix=p["env_prefix"],
                            user=p["user"], cluster_public_key=p["cluster_public_key"], ssh_path=p["ssh_path"],
                            deep=p["deep"])
-    except (OSError, ValueError) as exc:
+        extra = {}
+        if p["look"] is not None:
+            want = p["look"]
+            extra["host"] = look(peers=want.get("peers") or [], paths=want.get("paths") or [],
+                                 tmp_dir=want.get("tmp_dir") or "/tmp", host_cxx=want.get("host_cxx") or "",
+                                 ssh_path=p["ssh_path"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         module.fail_json(msg=f"reading the node's state failed: {exc}")
-    module.exit_json(changed=False, state=state, seconds=round(time.monotonic() - start, 3))
+    module.exit_json(changed=False, state=state, seconds=round(time.monotonic() - start, 3), **extra)
 
 
 if __name__ == "__main__":

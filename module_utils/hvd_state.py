@@ -16,7 +16,7 @@ import os
 import re
 import stat
 
-from ansible.module_utils.hvd_files import manifest_entry_differs, read_manifest, sha256_of
+from ansible.module_utils.hvd_files import add_stamped, manifest_entry_differs, read_manifest, sha256_of
 
 ABSENT = "absent"
 DEBIAN_SSH_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games"  # what sshd gives a command on Debian
@@ -200,11 +200,21 @@ def components_state(root: str) -> dict:
     return out
 
 
-def mpi_state(root: str, ssh_path: str = DEBIAN_SSH_PATH) -> dict:
-    """``mpi.path``: the first executable ``mpirun`` on ``ssh_path``, resolved; ``mpi.version``: hvd_openmpi's
-    fact."""
+def noninteractive_path(root: str) -> str:
+    """The PATH sshd gives a command: /etc/environment's PATH where it sets one (pam_env reads it for SSH
+    sessions), else Debian's sshd default."""
+    for line in (read_text(under(root, "/etc/environment")) or "").splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and key.strip() in ("PATH", "export PATH"):
+            return value.strip().strip("\"'")
+    return DEBIAN_SSH_PATH
+
+
+def mpi_state(root: str, ssh_path: str = "") -> dict:
+    """``mpi.path``: the first executable ``mpirun`` on ``ssh_path`` (by default the PATH sshd gives a command),
+    resolved; ``mpi.version``: hvd_openmpi's fact."""
     path = ABSENT
-    for folder in ssh_path.split(":"):
+    for folder in (ssh_path or noninteractive_path(root)).split(":"):
         if not folder.startswith("/"):
             continue  # an empty or relative entry means the login folder: not where mpirun is installed
         real = resolve(root, os.path.join(folder, "mpirun"))
@@ -253,6 +263,42 @@ def distributions(prefix: str) -> list[tuple[str, str, str, str]]:
         name, version = _metadata(info)
         found.append((canonical(name), version, os.path.dirname(info), info))
     return found
+
+
+def records(prefix: str, name: str) -> list[str]:
+    """Every RECORD of the distribution ``name`` (compared as packaging normalises it) in the env at ``prefix``."""
+    want = canonical(name)
+    return sorted(os.path.join(info, "RECORD") for found, _, _, info in distributions(prefix)
+                  if found == want and os.path.isfile(os.path.join(info, "RECORD")))
+
+
+def record_sha256(paths: list[str]) -> str:
+    """sha256 of each RECORD's modification time (ns, then a space) and content: any pip install rewrites it, the
+    same wheel again too; "none" without one (or when one cannot be read)."""
+    digest = hashlib.sha256()
+    try:
+        for path in paths:
+            with open(path, "rb") as handle:
+                digest.update(b"%d " % os.fstat(handle.fileno()).st_mtime_ns + handle.read())
+    except OSError:
+        return "none"
+    return digest.hexdigest() if paths else "none"
+
+
+def fingerprint(prefix: str, name: str, files: list[str] | None = None) -> dict[str, str]:
+    """hvd_dist_record's answer: ``record`` (the first RECORD's path), ``sha256`` (record_sha256) and, with
+    ``files``, ``files_sha256``: those files, then the RECORDs, each as path, modification time and content
+    ("no <name>" in place of a RECORD when the distribution is not installed)."""
+    paths = records(prefix, name)
+    out = {"record": paths[0] if paths else "", "sha256": record_sha256(paths)}
+    if files:
+        digest = hashlib.sha256()
+        for path in [*files, *paths]:
+            add_stamped(digest, path)
+        if not paths:
+            digest.update(b"no " + name.encode())
+        out["files_sha256"] = digest.hexdigest()
+    return out
 
 
 def _python_version(prefix: str) -> str:
@@ -478,7 +524,7 @@ def base_state(root: str, cluster: str) -> dict:
 
 
 def node_state(root: str = "/", *, cluster: str, packages: list[str] | None = None, env_prefix: str = "/opt/hvd/env",
-               user: str = "root", cluster_public_key: str = "", ssh_path: str = DEBIAN_SSH_PATH,
+               user: str = "root", cluster_public_key: str = "", ssh_path: str = "",
                deep: bool = False) -> dict:
     """The node's state: one flat dict, sorted by key."""
     state = {}

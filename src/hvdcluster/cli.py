@@ -133,14 +133,14 @@ def check_tags(value: str | None) -> None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.probe:
-        check_output(args.output)  # --probe pins host keys in <output>/<cluster>/ssh/known_hosts
+        check_output(args.output)  # --probe pins host keys in <output>/<cluster>/ssh/known_hosts, logs in runs/
     cluster = spec.load(args.hosts)
     node, facts = compat.NodeInfo(), []
     if args.probe:
         from . import probe
 
         root = inventory_root(Path(args.output), cluster)
-        node, facts = probe.probe(cluster, root / "ssh" / "known_hosts")
+        node, facts = probe.probe(cluster, root)
     plan = compat.resolve(cluster.stack, node, lines=cluster.stack_lines, path=cluster.path)
     if args.json:
         dump_json(sys.stdout, {"cluster": cluster.cluster, "stack": plan.stack, "patches": list(plan.patches),

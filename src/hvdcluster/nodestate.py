@@ -35,10 +35,13 @@ class Reading:
     rc: int = 0
     log: str = ""
     seconds: float = 0.0
+    looks: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> the host look, when one was asked for
 
 
-def collect(events: Iterable[dict]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """Each node's state from a state.yml run's events, and the nodes that gave none (with why)."""
+def collect(events: Iterable[dict], looks: dict[str, dict[str, Any]] | None = None
+            ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Each node's state from a state.yml run's events, and the nodes that gave none (with why); ``looks``, when
+    given, receives each node's host look."""
     found: dict[str, dict[str, Any]] = {}
     missing: dict[str, str] = {}
     for event in events:
@@ -53,6 +56,9 @@ def collect(events: Iterable[dict]) -> tuple[dict[str, dict[str, Any]], dict[str
             state = (data.get("res") or {}).get("state")
             if isinstance(state, dict):
                 found[host] = state
+            look = (data.get("res") or {}).get("host")
+            if looks is not None and isinstance(look, dict):
+                looks[host] = look
         elif data.get("task") == STATE_TASK and kind == "runner_on_failed":
             missing[host] = f"failed: {str((data.get('res') or {}).get('msg', '')).strip()[:300]}"
     for host in found:
@@ -60,20 +66,23 @@ def collect(events: Iterable[dict]) -> tuple[dict[str, dict[str, Any]], dict[str
     return found, missing
 
 
-def read(root: Path, limit: str | None = None, hosts: Iterable[str] = ()) -> Reading:
-    """Read every node (or ``limit``) in check mode; ``hosts``: the nodes expected to answer."""
+def read(root: Path, limit: str | None = None, hosts: Iterable[str] = (), look: bool = False) -> Reading:
+    """Read every node (or ``limit``) in check mode; ``hosts``: the nodes expected to answer; ``look``: the hosts
+    themselves too (``plan --probe``)."""
     import time
 
     from .runner import run_playbook
 
     events: list[dict] = []
     start = time.monotonic()
-    result = run_playbook(root, "state.yml", limit=limit, check=True, on_event=events.append)
-    found, missing = collect(events)
+    result = run_playbook(root, "state.yml", limit=limit, check=True, on_event=events.append,
+                          extravars={"hvd_state_look": {}} if look else None)
+    looks: dict[str, dict[str, Any]] = {}
+    found, missing = collect(events, looks)
     for host in hosts:
         if host not in found and host not in missing:
             missing[host] = f"no answer (ansible-playbook rc {result.rc}; see {result.log})"
-    return Reading(found, missing, result.rc, str(result.log), time.monotonic() - start)
+    return Reading(found, missing, result.rc, str(result.log), time.monotonic() - start, looks)
 
 
 def state_dir(root: Path) -> Path:

@@ -1,32 +1,26 @@
-"""A read-only look at the nodes for the resolver (``hvdcluster plan --probe``): OS, kernel, gcc, python,
-GPU models and the loaded NVIDIA driver, over SSH with paramiko.
+"""A read-only look at the nodes for the resolver (``hvdcluster plan --probe``): OS, kernel, gcc, python, GPU
+models and the loaded NVIDIA driver.
 
-Host keys are pinned exactly as the playbook runs pin them: in ``<inventory>/ssh/known_hosts``, a key seen
-for the first time is recorded, a changed key is refused. Nothing is written on the nodes.
+It is the same probe as the pre-flight's and ``check``'s: playbooks/state.yml in check mode, whose one module call
+per node (library/hvd_node_state.py) also looks at the host when asked (``hvd_state_look``). The nodes are reached
+through a connection-only inventory in a temporary folder; host keys are pinned exactly as the playbook runs pin
+them, in ``<inventory>/ssh/known_hosts`` (a key seen for the first time is recorded, a changed key is refused), and
+the run's log stays in ``<inventory>/runs``. Nothing is written on the nodes.
 """
 
 from __future__ import annotations
 
 import re
-import shlex
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from . import inventory, nodestate
 from .compat import NodeInfo
 from .errors import HvdError
-from .spec import ClusterSpec, HostSpec
-
-# One shell line, each answer tagged; a missing tool leaves its tag empty.
-COMMAND = "; ".join([
-    ". /etc/os-release 2>/dev/null; echo \"os=$ID $VERSION_ID\"",
-    "echo \"kernel=$(uname -r)\"",
-    "echo \"gcc=$(gcc -dumpfullversion 2>/dev/null || gcc -dumpversion 2>/dev/null)\"",
-    "echo \"python=$(python3 -c 'import platform; print(platform.python_version())' 2>/dev/null)\"",
-    "nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sed 's/^/gpu=/'",
-    "sed -n 's/.*Kernel Module[^0-9]*\\([0-9][0-9.]*\\).*/driver=\\1/p' /proc/driver/nvidia/version 2>/dev/null",
-    "true",
-])
+from .spec import ClusterSpec
 
 
 @dataclass(frozen=True)
@@ -41,24 +35,22 @@ class NodeFacts:
     driver_loaded: str = ""
 
 
-MAX_OUTPUT = 1 << 20  # what is read of a node's answer: a few hundred bytes are expected
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-def parse(host: str, text: str) -> NodeFacts:
-    """The facts in a node's answer; control characters (a terminal escape, say) are dropped from each value."""
-    values: dict[str, str] = {}
-    gpus: list[str] = []
-    for line in text.splitlines():
-        key, _, value = line.partition("=")
-        value = _CONTROL.sub("", value).strip()[:200]
-        if key == "gpu" and value:
-            gpus.append(value)
-        elif key in ("os", "kernel", "gcc", "python", "driver") and value:
-            values[key] = value
-    os_id, _, os_version = values.get("os", "").partition(" ")
-    return NodeFacts(host, os_id, os_version, values.get("kernel", ""), values.get("gcc", ""),
-                     values.get("python", ""), tuple(gpus), values.get("driver", ""))
+def _clean(value: Any) -> str:
+    """A value a node reported, as printable text (a terminal escape, say, is dropped), 200 characters at most."""
+    return _CONTROL.sub("", str(value if value is not None else "")).strip()[:200]
+
+
+def from_look(host: str, look: dict[str, Any]) -> NodeFacts:
+    """The facts in a node's host look (hvd_node_state's ``host``)."""
+    release = look.get("release") or {}
+    nvidia = look.get("nvidia") or {}
+    return NodeFacts(host, _clean(release.get("id")), _clean(release.get("version")),
+                     _clean((look.get("kernel") or {}).get("running")), _clean((look.get("gcc") or {}).get("gcc")),
+                     _clean(look.get("python")), tuple(g for g in map(_clean, nvidia.get("gpus") or []) if g),
+                     _clean(nvidia.get("loaded")))
 
 
 def merge(facts: list[NodeFacts]) -> NodeInfo:
@@ -78,49 +70,35 @@ def merge(facts: list[NodeFacts]) -> NodeInfo:
                     gcc=first.gcc or None, python=first.python or None, gpus=gpus, driver_loaded=driver)
 
 
-def _known_hosts_policy(path: Path) -> object:
-    import paramiko
-
-    class AcceptNew(paramiko.MissingHostKeyPolicy):
-        """OpenSSH's StrictHostKeyChecking=accept-new: record an unknown key; a changed key never gets here
-        (paramiko raises BadHostKeyException for it)."""
-
-        def missing_host_key(self, client, hostname, key):  # noqa: ANN001
-            client.get_host_keys().add(hostname, key.get_name(), key)
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            with path.open("a") as handle:
-                handle.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
-
-    return AcceptNew()
+def read_looks(cluster: ClusterSpec, inventory_dir: Path) -> nodestate.Reading:
+    """Every node's host look, through a connection-only inventory whose ``ssh`` and ``runs`` are those of
+    ``inventory_dir`` (pinned host keys, run logs)."""
+    for name in ("ssh", "runs"):
+        (inventory_dir / name).mkdir(mode=0o700, parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="hvd-probe-") as tmp:
+        root = inventory.render(cluster, tmp)
+        for name in ("ssh", "runs"):
+            if (root / name).is_dir():
+                (root / name).rmdir()
+            (root / name).symlink_to((inventory_dir / name).resolve(), target_is_directory=True)
+        return nodestate.read(root, hosts=[h.name for h in cluster.hosts], look=True)
 
 
-def probe_host(host: HostSpec, cluster: ClusterSpec, known_hosts: Path, timeout: float = 15) -> NodeFacts:
-    import paramiko
-
-    client = paramiko.SSHClient()
-    if known_hosts.is_file():
-        client.load_host_keys(str(known_hosts))
-    client.set_missing_host_key_policy(_known_hosts_policy(known_hosts))
-    try:
-        client.connect(host.address, port=host.port, username=cluster.ssh.user, key_filename=cluster.ssh.identity,
-                       timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
-                       look_for_keys=cluster.ssh.identity is None, allow_agent=cluster.ssh.identity is None)
-        _, stdout, _ = client.exec_command(f"sh -c {shlex.quote(COMMAND)}", timeout=timeout)
-        text = stdout.read(MAX_OUTPUT).decode(errors="replace")
-    except paramiko.BadHostKeyException as err:
-        raise HvdError(f"{host.name} ({host.address}:{host.port}): host key changed since it was pinned in "
-                       f"{known_hosts}; if the node was reinstalled, remove the old key "
-                       f"(ssh-keygen -f {known_hosts} -R '[{host.address}]:{host.port}')") from err
-    except (paramiko.SSHException, OSError) as err:
-        raise HvdError(f"{host.name} ({host.address}:{host.port}): cannot probe over SSH: {err}") from err
-    finally:
-        client.close()
-    return parse(host.name, text)
-
-
-def probe(cluster: ClusterSpec, known_hosts: Path,
-          probe_one: Callable[[HostSpec, ClusterSpec, Path], NodeFacts] = probe_host) -> tuple[NodeInfo, list[NodeFacts]]:
-    facts = [probe_one(host, cluster, known_hosts) for host in cluster.hosts]
+def probe(cluster: ClusterSpec, inventory_dir: Path,
+          read: Callable[[ClusterSpec, Path], nodestate.Reading] = read_looks) -> tuple[NodeInfo, list[NodeFacts]]:
+    """What every node looks like, merged for the resolver; a node that cannot be read is refused by name."""
+    reading = read(cluster, inventory_dir)
+    for host in cluster.hosts:
+        if host.name in reading.looks:
+            continue
+        why = reading.unreachable.get(host.name) or f"no answer (see {reading.log})"
+        if "REMOTE HOST IDENTIFICATION HAS CHANGED" in why or "Host key verification failed" in why:
+            known = inventory_dir / "ssh" / "known_hosts"
+            raise HvdError(f"{host.name} ({host.address}:{host.port}): host key changed since it was pinned in "
+                           f"{known}; if the node was reinstalled, remove the old key "
+                           f"(ssh-keygen -f {known} -R '[{host.address}]:{host.port}')")
+        raise HvdError(f"{host.name} ({host.address}:{host.port}): cannot probe: {why}")
+    facts = [from_look(host.name, reading.looks[host.name]) for host in cluster.hosts]
     return merge(facts), facts
 
 

@@ -149,7 +149,7 @@ def test_mpi_missing_on_the_non_interactive_path(make_lab, installed: Path) -> N
 
 
 def test_plan_probe_resolves_for_the_nodes_as_they_are(make_lab, installed: Path) -> None:
-    """`plan --probe` reads the nodes over SSH (paramiko, keys pinned like the playbooks pin them) and
+    """`plan --probe` reads the nodes with the node-state module (keys pinned like the playbooks pin them) and
     resolves the stack for their python; a second probe goes through the pinned keys; nothing is written."""
     lab = make_lab()
     cli = Cli(installed, lab.workdir)

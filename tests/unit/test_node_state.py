@@ -249,6 +249,25 @@ def test_mpirun_is_the_first_on_the_ssh_path(node: Path) -> None:
     assert look(node, ssh_path="/usr/bin:/usr/local/bin")["mpi.path"] == "/usr/bin/mpirun"
 
 
+def test_the_ssh_path_is_the_one_etc_environment_sets(node: Path) -> None:
+    """pam_env gives SSH commands /etc/environment's PATH: the pre-flight's advice for a login-only mpirun."""
+    write(node, "/opt/ompi/bin/mpirun", "#!elf", 0o755)
+    assert look(node)["mpi.path"] == "/opt/openmpi-4.1.6/bin/mpirun"
+    write(node, "/etc/environment", 'LANG=C.UTF-8\nPATH="/opt/ompi/bin:/usr/local/bin:/usr/bin:/bin"\n')
+    assert look(node)["mpi.path"] == "/opt/ompi/bin/mpirun"
+    assert look(node, ssh_path="/usr/local/bin")["mpi.path"] == "/opt/openmpi-4.1.6/bin/mpirun"  # given wins
+
+
+def test_gpu_models_come_from_the_driver_when_nvidia_smi_cannot_say(node: Path) -> None:
+    from ansible.module_utils import hvd_host
+
+    for bus, model in (("0000:17:00.0", "NVIDIA H100 80GB HBM3"), ("0000:65:00.0", "NVIDIA H100 80GB HBM3")):
+        write(node, f"/proc/driver/nvidia/gpus/{bus}/information", f"Model: \t\t {model}\nIRQ:   42\n")
+    seen = hvd_host.nvidia(str(node))
+    assert seen["gpus"] == ["NVIDIA H100 80GB HBM3"] * 2 and seen["loaded"] == "535.161.08"
+    assert seen["installed"] == ["535.161.08"] and seen["nouveau"] is False
+
+
 # ------------------------------------------------------------------------------------------ the env
 
 

@@ -1,4 +1,4 @@
-"""hvd_preflight's rules (its filter plugin), fed with probe documents as files/probe.py prints them.
+"""hvd_preflight's rules (its filter plugin), fed with probe documents as hvd_node_state's host look returns them.
 
 The GPU, kernel, Secure Boot, MTU and clock cases cannot be provoked in a container here (no GPU, one shared
 kernel and clock, one bridge): these tests feed the judge what such nodes report instead."""
@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-import json
-import subprocess
-import sys
 
 import pytest
 
@@ -171,17 +168,21 @@ def test_unsupported_os_and_small_disk() -> None:
     assert checks(found, "b") == {"os-supported", "disk-free"}
 
 
-def test_probe_script_runs_here_and_prints_what_the_judge_reads(tmp_path) -> None:
-    """The real probe, on this machine, against a loopback peer whose ports are closed."""
+def test_the_host_look_runs_here_as_the_module_runs_it_and_gives_what_the_judge_reads(tmp_path) -> None:
+    """The real look (hvd_node_state with ``look``, run as Ansible runs a module), on this machine, against a
+    loopback peer whose ports are closed."""
+    from tests.unit.test_modules import run_module
+
     args = {"peers": [{"name": "lo", "address": "127.0.0.1", "port": 1, "probe_port": 2}],
             "paths": [str(tmp_path)], "tmp_dir": str(tmp_path), "host_cxx": ""}
-    proc = subprocess.run([sys.executable, str(ROOT / "roles/hvd_preflight/files/probe.py"), json.dumps(args)],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    doc = json.loads(proc.stdout)
+    result = run_module("hvd_node_state", {"cluster": "lab", "root": str(tmp_path / "none"), "look": args})
+    assert not result.get("failed"), result
+    doc = result["host"]
     assert doc["tmp_error"] == "" and doc["free_gb"][str(tmp_path)] > 0 and doc["shm_mb"] > 0
+    assert doc["release"]["id"] and doc["python"].count(".") == 2 and doc["kernel"]["running"]
     assert doc["peers"][0]["route"]["iface"] == "lo"
     assert "refused" in doc["peers"][0]["ssh"]["error"].lower()
+    assert sorted(doc["mpi"]) == ["noninteractive", "version"]
     live = copy.deepcopy(doc)
     live.update(os={"distribution": "Debian", "version": "12", "major": "12"}, mpi={}, kernel_module=False)
     found = rules.hvd_preflight_findings({"here": live}, {**PLAN, "controller_time": []})

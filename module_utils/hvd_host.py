@@ -1,0 +1,244 @@
+"""hvd_node_state's look at the host itself, for the pre-flight and ``plan --probe``: what a converge depends on
+but does not install (kernel and its headers, disks, /dev/shm, Secure Boot, GPUs, compilers, the interpreter, the
+MPI a non-interactive SSH command finds) and whether every peer is reachable on the routes and ports the jobs use.
+
+Unlike the managed-state readers (module_utils/hvd_state.py: file reads only), this look asks programs (nvidia-smi,
+gcc, mpirun, apt-cache) and opens TCP connections to the peers; it writes nothing but one temporary file it removes
+at once (is the scratch folder writable?). Nested dicts, the shape filter_plugins/hvd_preflight.py judges.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import platform
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+
+from ansible.module_utils.hvd_state import mpi_state, os_state, read_text, under
+
+SIOCGIFADDR = 0x8915
+
+
+def run(*argv: str, path: str | None = None) -> tuple[int, str]:
+    """rc and output of a program (127 when it cannot be started); ``path``: the PATH it is looked up on."""
+    env = dict(os.environ, LC_ALL="C")
+    if path is not None:
+        env["PATH"] = path
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                              timeout=20, env=env, check=False)
+        return proc.returncode, proc.stdout
+    except (OSError, subprocess.SubprocessError) as err:
+        return 127, str(err)
+
+
+def version_key(text: str) -> list:
+    return [int(p) if p.isdigit() else p for p in re.split(r"[.\-+~]", text)]
+
+
+# ------------------------------------------------------------------------------------------ the host
+
+
+def interfaces() -> dict:
+    """name -> {"ipv4": address or "", "mtu": int} for every interface (no iproute2 needed)."""
+    import fcntl
+
+    out = {}
+    for path in sorted(glob.glob("/sys/class/net/*")):
+        name = os.path.basename(path)
+        mtu = int((read_text(path + "/mtu") or "0").strip() or 0)
+        address = ""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            packed = fcntl.ioctl(sock.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            address = socket.inet_ntoa(packed[20:24])
+        except OSError:
+            pass
+        finally:
+            sock.close()
+        out[name] = {"ipv4": address, "mtu": mtu}
+    return out
+
+
+def kernels(root: str = "/") -> dict:
+    """The running kernel, newer installed ones (a reboot would change it), and whether its headers are there or
+    can be installed."""
+    running = os.uname().release
+    installed = {os.path.basename(p) for p in glob.glob(under(root, "/lib/modules/*")) if os.path.isdir(p)}
+    installed |= {os.path.basename(p)[len("vmlinuz-"):] for p in glob.glob(under(root, "/boot/vmlinuz-*"))}
+    newer = sorted((k for k in installed if version_key(k) > version_key(running)), key=version_key)
+    headers = any(os.path.isdir(under(root, p)) for p in (f"/lib/modules/{running}/build",
+                                                          f"/usr/src/linux-headers-{running}"))
+    candidate = ""
+    if not headers and root in ("", "/") and shutil.which("apt-cache"):
+        rc, text = run("apt-cache", "policy", "linux-headers-" + running)
+        match = re.search(r"Candidate:\s*(\S+)", text)
+        if rc == 0 and match and match.group(1) != "(none)":
+            candidate = match.group(1)
+    return {"running": running, "newer": newer, "headers": headers, "headers_candidate": candidate}
+
+
+def secure_boot(root: str = "/") -> bool | None:
+    """True/False when the firmware says, None on BIOS machines and where it cannot be read."""
+    for path in glob.glob(under(root, "/sys/firmware/efi/efivars/SecureBoot-*")):
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+            return bool(data[-1])
+        except (OSError, IndexError):
+            pass
+    return None
+
+
+def gpu_models(root: str = "/") -> list[str]:
+    """The GPUs' model names: nvidia-smi's, else the driver's /proc/driver/nvidia/gpus/*/information."""
+    if root in ("", "/"):
+        rc, text = run("nvidia-smi", "--query-gpu=name", "--format=csv,noheader")
+        if rc == 0:
+            return [line.strip() for line in text.splitlines() if line.strip()]
+    models = []
+    for path in sorted(glob.glob(under(root, "/proc/driver/nvidia/gpus/*/information"))):
+        match = re.search(r"^Model:\s*(.+?)\s*$", read_text(path) or "", re.M)
+        if match:
+            models.append(match.group(1))
+    return models
+
+
+def nvidia(root: str = "/") -> dict:
+    """GPUs by model, NVIDIA display devices on the PCI bus, the loaded and installed driver, nouveau."""
+    pci = 0
+    for path in glob.glob(under(root, "/sys/bus/pci/devices/*/vendor")):
+        if (read_text(path) or "").strip() == "0x10de" and \
+                (read_text(os.path.dirname(path) + "/class") or "").startswith("0x03"):
+            pci += 1
+    loaded = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)",
+                       read_text(under(root, "/proc/driver/nvidia/version")) or "")
+    installed = sorted({os.path.basename(p)[len("libnvidia-ml.so."):]
+                        for pattern in ("/usr/lib/*/libnvidia-ml.so.*.*", "/usr/lib64/libnvidia-ml.so.*.*",
+                                        "/usr/lib/libnvidia-ml.so.*.*")
+                        for p in glob.glob(under(root, pattern))})
+    return {"gpus": gpu_models(root), "pci_devices": pci, "loaded": loaded.group(1) if loaded else "",
+            "installed": installed, "nouveau": os.path.isdir(under(root, "/sys/module/nouveau"))}
+
+
+def compilers(host_cxx: str = "") -> dict:
+    """gcc's full version, g++'s and the CUDA host compiler's (``host_cxx``) major-level ones; "" where absent."""
+    out = {}
+    for key, argv in (("gcc", ("gcc", "-dumpfullversion", "-dumpversion")), ("g++", ("g++", "-dumpversion")),
+                      ("host_cxx", (host_cxx, "-dumpversion"))):
+        rc, text = run(*argv) if argv[0] else (1, "")
+        out[key] = text.strip().splitlines()[0] if rc == 0 and text.strip() else ""
+    return out
+
+
+def mpi(ssh_path: str = "", root: str = "/") -> dict:
+    """The mpirun a non-interactive SSH command finds (on ``ssh_path``) and the first line of its --version."""
+    path = mpi_state(root, ssh_path)["mpi.path"]
+    if path == "absent":
+        return {"noninteractive": "", "version": ""}
+    rc, text = run(under(root, path), "--version") if root in ("", "/") else (1, "")
+    return {"noninteractive": path, "version": text.strip().splitlines()[0] if rc == 0 and text.strip() else ""}
+
+
+def writable(folder: str) -> str:
+    try:
+        handle, path = tempfile.mkstemp(prefix=".hvd-preflight-", dir=folder)
+        os.close(handle)
+        os.unlink(path)
+        return ""
+    except OSError as err:
+        return err.strerror or str(err)
+
+
+def free_gb(path: str) -> float:
+    while not os.path.exists(path):
+        path = os.path.dirname(path) or "/"
+    return round(shutil.disk_usage(path).free / 2 ** 30, 1)
+
+
+# ------------------------------------------------------------------------------------------ the peers
+
+
+def route_to(address: str, ifaces: dict) -> dict:
+    """The interface and local address the kernel picks to reach ``address`` (a UDP connect sends nothing)."""
+    try:
+        target = socket.gethostbyname(address)
+    except OSError as err:
+        return {"resolved": "", "error": f"name does not resolve: {err}"}
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.connect((target, 9))
+        local = sock.getsockname()[0]
+    except OSError as err:
+        return {"resolved": target, "error": f"no route: {err}"}
+    finally:
+        sock.close()
+    name = next((n for n, i in ifaces.items() if i["ipv4"] == local), "")
+    return {"resolved": target, "local": local, "iface": name, "mtu": ifaces.get(name, {}).get("mtu", 0)}
+
+
+def tcp(address: str, port: int, wait: float) -> str:
+    """"" when a TCP connection to address:port opens, else why not (retried for ``wait`` seconds)."""
+    deadline = time.time() + wait
+    while True:
+        try:
+            with socket.create_connection((address, port), timeout=3):
+                return ""
+        except OSError as err:
+            reason = err.strerror or str(err) or type(err).__name__
+            if time.time() >= deadline or isinstance(err, socket.timeout):
+                return reason
+            time.sleep(0.5)
+
+
+def peers_seen(peers: list[dict], ifaces: dict) -> list[dict]:
+    """For every peer (name, address, port: SSH, probe_port: the pre-flight's listener): its route, and whether
+    its SSH port and listener answer."""
+    out = []
+    for peer in peers:
+        route = route_to(peer["address"], ifaces)
+        entry = {"name": peer["name"], "address": peer["address"], "route": route}
+        if route.get("resolved"):
+            entry["ssh"] = {"port": peer["port"], "error": tcp(route["resolved"], int(peer["port"]), 5)}
+            if peer.get("probe_port"):
+                entry["probe"] = {"port": peer["probe_port"],
+                                  "error": tcp(route["resolved"], int(peer["probe_port"]), 5)}
+        out.append(entry)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ all of it
+
+
+def look(*, peers: list[dict] | None = None, paths: list[str] | None = None, tmp_dir: str = "/tmp",
+         host_cxx: str = "", ssh_path: str = "") -> dict:
+    """The host as the pre-flight judges it and ``plan --probe`` resolves for it (nested, JSON-ready)."""
+    ifaces = interfaces()
+    release = os_state("/")["os.release"]
+    os_id, _, os_version = ("" if release == "absent" else release).partition(" ")
+    shm = os.statvfs("/dev/shm") if os.path.isdir("/dev/shm") else None
+    ports = (read_text("/proc/sys/net/ipv4/ip_local_port_range") or "").split()
+    return {
+        "time": time.time(),
+        "hostname": socket.gethostname(),
+        "uid": os.getuid(),
+        "release": {"id": os_id, "version": os_version},
+        "python": platform.python_version(),
+        "tmp_error": writable(tmp_dir),
+        "free_gb": {path: free_gb(path) for path in paths or []},
+        "shm_mb": int(shm.f_blocks * shm.f_frsize / 2 ** 20) if shm else 0,
+        "kernel": kernels(),
+        "secure_boot": secure_boot(),
+        "nvidia": nvidia(),
+        "gcc": compilers(host_cxx),
+        "mpi": mpi(ssh_path),
+        "interfaces": ifaces,
+        "ephemeral_ports": [int(p) for p in ports] if len(ports) == 2 else [],
+        "peers": peers_seen(peers or [], ifaces),
+    }
