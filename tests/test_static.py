@@ -14,7 +14,7 @@ from tests.conftest import BIN, ROOT, tool
 
 ROLES = sorted(p for p in (ROOT / "roles").iterdir() if p.is_dir())
 # Roles that are building blocks of other roles, not steps of the converge: no playbook or tag of their own.
-SHARED_ROLES = {"hvd_gpu_component"}
+SHARED_ROLES = {"hvd_gpu_component", "hvd_fanout"}
 PLAYBOOKS = sorted((ROOT / "playbooks").glob("*.yml"))
 
 

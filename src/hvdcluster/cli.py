@@ -22,7 +22,7 @@ import yaml
 
 from . import __version__, compat, inventory, lock, paths, spec
 from .errors import HvdError
-from .progress import Console, Tracker, dump_json
+from .progress import Console, Tracker, dump_json, transfer_report
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -294,7 +294,8 @@ def _fast_path(args: argparse.Namespace) -> int | None:
                                        "ok": True, "hosts": {n: {"status": "up-to-date", "ok": 0, "changed": 0,
                                                                  "failed": 0, "unreachable": 0, "skipped": 0}
                                                              for n in names},
-                                       "failures": [], "notices": {}, "preflight": {}, "fast_path": fast,
+                                       "failures": [], "notices": {}, "preflight": {},
+                                       "transfers": transfer_report([]), "fast_path": fast,
                                        "converged": []})
             return EXIT_OK
         console.write(drift.render(report))

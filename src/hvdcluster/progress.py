@@ -99,6 +99,8 @@ class Tracker:
     notices: dict[str, list[str]] = field(default_factory=dict)
     # hvd_preflight's findings (set_stats `hvd_preflight: {host: [{check, severity, found, expected, fix}]}`).
     preflight: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+    # Every copy of an artifact (set_stats `hvd_transfers: [{artifact, file, from, to, bytes, ok, why}]`, hvd_fanout).
+    transfers: list[dict[str, Any]] = field(default_factory=list)
     finished: bool = False
 
     @classmethod
@@ -166,6 +168,8 @@ class Tracker:
         for name, findings in ((data.get("artifact_data") or {}).get("hvd_preflight") or {}).items():
             if isinstance(findings, list):
                 self.preflight[name] = [f for f in findings if isinstance(f, dict)]
+        copies = (data.get("artifact_data") or {}).get("hvd_transfers") or []
+        self.transfers = [c for c in copies if isinstance(c, dict)] if isinstance(copies, list) else []
         for host in self.hosts.values():
             host.done = True
         self.finished = True
@@ -186,6 +190,7 @@ class Tracker:
             "failures": [asdict(f) for f in self.failures],
             "notices": self.notices,
             "preflight": self.preflight,
+            "transfers": transfer_report(self.transfers),
         }
 
 
@@ -247,6 +252,9 @@ class Console:
             for f in findings:
                 self.write(f"  {f.get('severity', '').upper():4}  {f.get('host')}  {f.get('check')}: found {f.get('found')}; "
                            f"expected {f.get('expected')}; fix: {f.get('fix')}")
+        if tracker.transfers:
+            self.write()
+            self.write(transfer_line(transfer_report(tracker.transfers)))
         if tracker.notices:
             self.write()
             self.write("Notices:")
@@ -255,6 +263,38 @@ class Console:
                     self.write(f"  {name}: {text}")
         self.write()
         self.write(f"Full log: {log}")
+
+
+CONTROLLER = "controller"
+
+
+def transfer_report(copies: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a run carried: bytes the controller sent to nodes, bytes moved node to node, and every copy."""
+    def total(peer: bool) -> int:
+        return sum(int(c.get("bytes") or 0) for c in copies if (c.get("from") != CONTROLLER) == peer)
+
+    return {"controller_bytes": total(False), "peer_bytes": total(True),
+            "bad_copies": sum(1 for c in copies if not c.get("ok")), "copies": copies}
+
+
+def _size(count: int) -> str:
+    if count < 1024:
+        return f"{count} B"
+    value, unit = float(count), "B"
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024:
+            break
+    return f"{value:.1f} {unit}"
+
+
+def transfer_line(report: dict[str, Any]) -> str:
+    copies = report["copies"]
+    line = (f"Artifacts: the controller sent {_size(report['controller_bytes'])}, nodes passed on "
+            f"{_size(report['peer_bytes'])} ({len(copies)} cop{'y' if len(copies) == 1 else 'ies'}")
+    if report["bad_copies"]:
+        line += f", {report['bad_copies']} failed their sha256 or pull and were fetched again"
+    return line + ")"
 
 
 def dump_json(stream: IO[str], document: dict[str, Any]) -> None:
