@@ -198,6 +198,9 @@ def _tracked_run(root: Path, cluster: spec.ClusterSpec, console: Console, playbo
 def _finish(args: argparse.Namespace, console: Console, cluster: spec.ClusterSpec, root: Path, tracker: Tracker,
             result: Any, extra: dict | None = None) -> int:
     console.summary(tracker, str(result.log))
+    problem = _bastion_problem(cluster, root) if any(h.unreachable for h in tracker.hosts.values()) else ""
+    if problem:
+        console.write(f"nodes unreachable: {problem}")
     if args.json:
         dump_json(sys.stdout, {"cluster": cluster.cluster, "inventory": str(root), "rc": result.rc,
                                "log": str(result.log), **tracker.as_dict(), **(extra or {})})
@@ -206,6 +209,12 @@ def _finish(args: argparse.Namespace, console: Console, cluster: spec.ClusterSpe
     if not tracker.failures:
         console.write(f"ansible-playbook ended with rc {result.rc} ({result.status}): see {result.log}")
     return EXIT_FAILED
+
+
+def _bastion_problem(cluster: spec.ClusterSpec, root: Path) -> str:
+    """With ssh.proxy_jump: why the bastion cannot be used ("" when it can, or without a bastion)."""
+    jump = cluster.ssh.proxy_jump
+    return inventory.bastion_problem(vars(jump), str(root / "ssh")) if jump is not None else ""
 
 
 def _console(args: argparse.Namespace) -> Console:
@@ -337,15 +346,20 @@ def cmd_check(args: argparse.Namespace) -> int:
     scope = [n for n in names if n in reading.found or n in reading.unreachable]
     report = drift.compare(nodestate.desired(root, scope), {n: reading.found.get(n) for n in scope},
                            list(reading.unreachable))
+    bastion = _bastion_problem(cluster, root) if reading.unreachable else ""
     if args.json:
         doc = drift.to_json(report)
         doc.update({"cluster": cluster.cluster, "inventory": str(root), "log": reading.log,
                     "seconds": round(reading.seconds, 2), "why_unreachable": reading.unreachable})
+        if bastion:
+            doc["bastion"] = bastion
         dump_json(sys.stdout, doc)
     else:
         print(drift.render(report))
         for node, why in reading.unreachable.items():
             print(f"  {node}: {why}")
+        if bastion:
+            print(f"  nodes unreachable: {bastion}")
         print(f"(read {len(reading.found)} of {len(scope)} nodes in {reading.seconds:.1f} s; log: {reading.log})")
     return drift.exit_code(report)
 

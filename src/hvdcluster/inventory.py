@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,46 @@ GROUP_VAR_TITLES = {
 # How the controller pins node host keys: recorded on first contact, a changed key is refused.
 # Ours, and templated by Ansible on purpose (inventory_dir): the one value written without !unsafe.
 SSH_COMMON_ARGS = '-o StrictHostKeyChecking=accept-new -o UserKnownHostsFile="{{ inventory_dir }}/ssh/known_hosts"'
+BASTION_KNOWN_HOSTS = "bastion_known_hosts"  # in <inventory>/ssh/: the bastion's pinned key, from hosts.yaml
+
+
+def known_hosts_pattern(host: str, port: int) -> str:
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+def bastion_argv(jump: dict[str, Any], ssh_dir: str, *options: str) -> list[str]:
+    """ssh to the bastion ``jump`` (host, port, user, identity): its host key is checked against
+    ``<ssh_dir>/bastion_known_hosts`` only, and never learnt (StrictHostKeyChecking=yes)."""
+    argv = ["ssh", *options, "-p", str(jump["port"]), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+            "-o", f"UserKnownHostsFile={ssh_dir}/{BASTION_KNOWN_HOSTS}"]
+    if jump.get("identity"):
+        argv += ["-i", str(jump["identity"])]
+    return [*argv, f"{jump['user']}@{jump['host']}"]
+
+
+def proxy_command(jump: dict[str, Any], ssh_dir: str) -> str:
+    """OpenSSH's ProxyCommand through the bastion ``jump``."""
+    return " ".join(shlex.quote(arg) for arg in bastion_argv(jump, ssh_dir, "-W", "%h:%p"))
+
+
+def bastion_problem(jump: dict[str, Any], ssh_dir: str, timeout: float = 20) -> str:
+    """Why the bastion cannot be used ("" when a login to it works): what ssh said, in one line."""
+    import subprocess
+
+    argv = bastion_argv(jump, ssh_dir, "-o", f"ConnectTimeout={int(timeout)}")
+    try:
+        proc = subprocess.run([*argv, "true"], capture_output=True, text=True, timeout=timeout + 10, check=False)
+    except (OSError, subprocess.SubprocessError) as err:
+        return f"cannot run ssh: {err}"
+    if proc.returncode == 0:
+        return ""
+    text = proc.stderr
+    where = f"the bastion {jump['host']}:{jump['port']}"
+    if "REMOTE HOST IDENTIFICATION HAS CHANGED" in text or "Host key verification failed" in text:
+        return (f"{where} presented a host key other than ssh.proxy_jump.host_key in hosts.yaml (refused: possible "
+                "man-in-the-middle); check the bastion's key with its operator (ssh-keyscan) and correct host_key")
+    last = [line for line in text.splitlines() if line.strip()][-1:] or [f"ssh exited {proc.returncode}"]
+    return f"{where} refused or failed the login ({last[0].strip()})"
 
 HOST_VAR_DOC = """\
 # Per-host variables:
@@ -65,6 +106,8 @@ VAR_DOCS: dict[str, str] = {
     "ansible_ssh_common_args": "Host keys are pinned in ssh/known_hosts beside this inventory on first contact;\n"
     "a changed key is refused. Never turn host key checking off.",
     "hvd_ssh_mesh_user": "Account that nodes use to reach each other (horovodrun / mpirun run as it).",
+    "hvd_ssh_proxy_jump": "The bastion the controller reaches every node through (hosts.yaml ssh.proxy_jump); its host\n"
+    "key is pinned in ssh/bastion_known_hosts and never learnt.",
     "hvd_base_ca_bundle": "Controller path of a CA bundle the nodes trust (TLS-intercepting proxies); empty: none.",
     "hvd_base_apt_proxy": "apt proxy URL; empty: none.",
     "hvd_base_pip_index": "pip index URL; empty: pip's default.",
@@ -126,6 +169,12 @@ def group_vars(spec: ClusterSpec, plan: Plan | None = None) -> dict[str, dict[st
     if spec.ssh.identity:
         ssh["ansible_ssh_private_key_file"] = spec.ssh.identity
     ssh["ansible_ssh_common_args"] = SSH_COMMON_ARGS
+    jump = spec.ssh.proxy_jump
+    if jump is not None:
+        ssh["hvd_ssh_proxy_jump"] = {"host": jump.host, "port": jump.port, "user": jump.user,
+                                     "identity": jump.identity or ""}
+        command = proxy_command(ssh["hvd_ssh_proxy_jump"], "{{ inventory_dir }}/ssh")
+        ssh["ansible_ssh_common_args"] = f'{SSH_COMMON_ARGS} -o ProxyCommand="{command}"'
     ssh["hvd_ssh_mesh_user"] = spec.ssh.user
     net = spec.network
     return {
@@ -276,6 +325,9 @@ def render(spec: ClusterSpec, out_dir: str | os.PathLike[str], plan: Plan | None
     (root / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
     (root / "ssh").mkdir(mode=0o700, exist_ok=True)
     os.chmod(root / "ssh", 0o700)
+    jump = spec.ssh.proxy_jump
+    if jump is not None:  # the bastion's own key, as hosts.yaml pins it; never learnt on first contact
+        _write(root / "ssh" / BASTION_KNOWN_HOSTS, f"{known_hosts_pattern(jump.host, jump.port)} {jump.host_key}\n")
 
     hosts_doc = {"all": {"children": {GROUP: {"hosts": data_only(host_vars(spec))}}}}
     _write(root / "hosts.yml", _header(spec, "Nodes") + "---\n" + HOST_VAR_DOC + _dump(hosts_doc))

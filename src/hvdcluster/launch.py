@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import HvdError
-from .inventory import Inventory
+from .inventory import Inventory, proxy_command
 
 DEFAULT_PREFIX = "/opt/hvd/env"
 BASE_FACT = "/etc/ansible/facts.d/hvd_base.fact"
@@ -87,6 +87,8 @@ def ssh_argv(inv: Inventory, host: str) -> list[str]:
             "-o", f"UserKnownHostsFile={inv.path / 'ssh' / 'known_hosts'}", "-p", str(hv.get("ansible_port", 22))]
     if hv.get("ansible_ssh_private_key_file"):
         argv += ["-i", str(hv["ansible_ssh_private_key_file"])]
+    if hv.get("hvd_ssh_proxy_jump"):  # the bastion, its key pinned beside the inventory
+        argv += ["-o", f"ProxyCommand={proxy_command(hv['hvd_ssh_proxy_jump'], str(inv.path / 'ssh'))}"]
     user = hv.get("ansible_user")
     return [*argv, f"{user}@{hv['ansible_host']}" if user else str(hv["ansible_host"])]
 

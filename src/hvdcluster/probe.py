@@ -10,6 +10,7 @@ the run's log stays in ``<inventory>/runs``. Nothing is written on the nodes.
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 from collections.abc import Callable
@@ -79,6 +80,8 @@ def read_looks(cluster: ClusterSpec, inventory_dir: Path) -> nodestate.Reading:
         root = inventory.render(cluster, tmp)
         for name in ("ssh", "runs"):
             if (root / name).is_dir():
+                for item in (root / name).iterdir():  # what render wrote there (the bastion's pinned key)
+                    os.replace(item, inventory_dir / name / item.name)
                 (root / name).rmdir()
             (root / name).symlink_to((inventory_dir / name).resolve(), target_is_directory=True)
         return nodestate.read(root, hosts=[h.name for h in cluster.hosts], look=True)
@@ -88,6 +91,11 @@ def probe(cluster: ClusterSpec, inventory_dir: Path,
           read: Callable[[ClusterSpec, Path], nodestate.Reading] = read_looks) -> tuple[NodeInfo, list[NodeFacts]]:
     """What every node looks like, merged for the resolver; a node that cannot be read is refused by name."""
     reading = read(cluster, inventory_dir)
+    jump = cluster.ssh.proxy_jump
+    if jump is not None and any(h.name not in reading.looks for h in cluster.hosts):
+        problem = inventory.bastion_problem(vars(jump), str(inventory_dir / "ssh"))
+        if problem:
+            raise HvdError(f"cannot probe the nodes: {problem}")
     for host in cluster.hosts:
         if host.name in reading.looks:
             continue

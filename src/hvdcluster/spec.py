@@ -41,7 +41,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from .errors import SpecError
 
-__all__ = ["ClusterSpec", "HostSpec", "NetworkSpec", "SshSpec", "load", "loads"]
+__all__ = ["ClusterSpec", "HostSpec", "JumpSpec", "NetworkSpec", "SshSpec", "load", "loads"]
 
 MAX_FILE_BYTES = 1 << 20  # hosts.yaml and the SSH key; a hosts.yaml of 1000 hosts is about 100 KiB
 MAX_CA_BUNDLE_BYTES = 8 << 20  # a distribution's whole trust store is about 200 KiB
@@ -53,6 +53,17 @@ MAX_NODES = 100_000  # values in the document with every alias and merge expande
 
 
 @dataclass(frozen=True)
+class JumpSpec:
+    """A bastion the controller reaches every node through (``ssh.proxy_jump``)."""
+
+    host: str  # how the controller reaches the bastion (IP or DNS name)
+    port: int
+    user: str
+    identity: str | None  # the bastion's login key; None: ssh's defaults (agent, ~/.ssh)
+    host_key: str  # "<type> <base64>": the bastion's own pinned host key
+
+
+@dataclass(frozen=True)
 class SshSpec:
     """How the controller logs in to every node."""
 
@@ -60,6 +71,7 @@ class SshSpec:
     port: int = 22  # default port for hosts that give none
     identity: str | None = None  # absolute path of an existing private key file
     become: bool | None = None  # None: derived, ``user != "root"`` (always a bool after construction)
+    proxy_jump: JumpSpec | None = None  # reach the nodes only through this bastion
 
     def __post_init__(self) -> None:
         if self.become is None:
@@ -833,7 +845,8 @@ def _host_name(ctx: _Context, node: Node, field: str) -> str:
 # --------------------------------------------------------------------------------------------- sections
 
 _TOP_KEYS = ("cluster", "ssh", "hosts", "stack", "network", "set_hostname")
-_SSH_KEYS = ("user", "port", "identity", "become")
+_SSH_KEYS = ("user", "port", "identity", "become", "proxy_jump")
+_JUMP_KEYS = ("host", "port", "user", "identity", "host_key")
 _HOST_KEYS = ("name", "address", "port", "fabric_address", "fabric_port", "slots")
 _NETWORK_KEYS = ("ca_bundle", "apt_proxy", "pip_index", "wheelhouse")
 
@@ -878,13 +891,48 @@ _stack = _section(
 )
 
 
+_HOST_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "ssh-rsa")
+
+
+def _host_key(ctx: _Context, node: Node, field: str) -> str:
+    """An OpenSSH public host key, "<type> <base64>" (a comment after it is dropped), as ssh-keyscan prints it."""
+    value = _string(ctx, node, field)
+    parts = value.split()
+    if len(parts) < 2 or parts[0] not in _HOST_KEY_TYPES:
+        raise ctx.error(node, field, f"{value[:60]!r} is not a host key: expected '<type> <base64>' with a type of "
+                                     f"{', '.join(_HOST_KEY_TYPES)} (from the bastion's /etc/ssh/ssh_host_*_key.pub)")
+    try:
+        blob = base64.b64decode(parts[1], validate=True)
+    except (binascii.Error, ValueError):
+        raise ctx.error(node, field, f"the key of type {parts[0]} is not valid base64") from None
+    length = int.from_bytes(blob[:4], "big") if len(blob) >= 4 else -1
+    if blob[4 : 4 + length] != parts[0].encode():
+        raise ctx.error(node, field, f"the key data does not hold a {parts[0]} key (copied from another line?)")
+    return f"{parts[0]} {parts[1]}"
+
+
+def _proxy_jump(ctx: _Context, node: Node, field: str, user: str, identity: str | None) -> JumpSpec:
+    fields = _fields(ctx, node, field, _JUMP_KEYS, required=("host", "host_key"))
+    return JumpSpec(
+        host=_address(ctx, fields["host"], _join(field, "host")),
+        port=_get(ctx, fields, "port", field, _port, 22),
+        user=_get(ctx, fields, "user", field, _user_name, user),
+        identity=_get(ctx, fields, "identity", field, _private_key, identity),
+        host_key=_host_key(ctx, fields["host_key"], _join(field, "host_key")),
+    )
+
+
 def _ssh(ctx: _Context, node: Node, field: str) -> SshSpec:
     fields = _fields(ctx, node, field, _SSH_KEYS)
+    user = _get(ctx, fields, "user", field, _user_name, "root")
+    identity = _get(ctx, fields, "identity", field, _private_key)
+    jump = fields.get("proxy_jump")
     return SshSpec(
-        user=_get(ctx, fields, "user", field, _user_name, "root"),
+        user=user,
         port=_get(ctx, fields, "port", field, _port, 22),
-        identity=_get(ctx, fields, "identity", field, _private_key),
+        identity=identity,
         become=_get(ctx, fields, "become", field, _boolean),
+        proxy_jump=_proxy_jump(ctx, jump, _join(field, "proxy_jump"), user, identity) if jump is not None else None,
     )
 
 

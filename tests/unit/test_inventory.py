@@ -259,3 +259,32 @@ def test_roles_take_the_members_the_inventory_wrote(cluster: spec.ClusterSpec, t
         env={**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
     )
     assert '{"name": "gpu02", "fabric": "10.0.0.4", "port": 2222, "slots": 7}' in proc.stdout.replace('\\"', '"')
+
+
+def test_a_bastion_is_pinned_by_its_own_key_and_every_connection_goes_through_it(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """ssh.proxy_jump: the bastion's key from hosts.yaml is written to ssh/bastion_known_hosts (never learnt), and
+    Ansible (as the inventory shows it, templated) and `run`'s own ssh both go through it."""
+    from hvdcluster import launch
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "keys").mkdir()
+    shutil.copy(FIXTURES / "id_test", tmp_path / "keys" / "id_test")
+    public = (FIXTURES / "id_test.pub").read_text().split()
+    (tmp_path / "hosts.yaml").write_text(
+        "cluster: lab\nssh:\n  user: ops\n  identity: keys/id_test\n"
+        f"  proxy_jump: {{host: bastion.example.org, port: 2222, host_key: '{public[0]} {public[1]} root@jump'}}\n"
+        "hosts: [10.0.0.1]\n")
+    root = inventory.render(spec.load("hosts.yaml"), tmp_path / "inventories")
+    assert (root / "ssh" / "bastion_known_hosts").read_text() == f"[bastion.example.org]:2222 {public[0]} {public[1]}\n"
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(root), "--host", "ip-10-0-0-1"],
+                          capture_output=True, text=True, check=True)
+    args = json.loads(proc.stdout)["ansible_ssh_common_args"]
+    assert "StrictHostKeyChecking=accept-new" in args and "ProxyCommand=" in args
+    inv = inventory.read(root)
+    argv = launch.ssh_argv(inv, "ip-10-0-0-1")
+    proxy = next(a for a in argv if a.startswith("ProxyCommand="))
+    key = str(tmp_path / "keys" / "id_test")
+    assert proxy == ("ProxyCommand=ssh -W %h:%p -p 2222 -o BatchMode=yes -o StrictHostKeyChecking=yes "
+                     f"-o UserKnownHostsFile={root}/ssh/bastion_known_hosts -i {key} ops@bastion.example.org")
+    assert argv[-1] == "ops@10.0.0.1"

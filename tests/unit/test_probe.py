@@ -83,3 +83,18 @@ def test_a_changed_host_key_is_refused_with_how_to_forget_the_old_one(tmp_path: 
     reading = nodestate.Reading(looks={"a": DEBIAN}, unreachable={"b": why})
     with pytest.raises(HvdError, match=r"b \(10\.0\.0\.2:22\): host key changed since it was pinned in .*ssh-keygen"):
         probe.probe(cluster, tmp_path / "inv", read=lambda c, d: reading)
+
+
+def test_nodes_behind_a_bastion_that_refuses_are_refused_naming_the_bastion(tmp_path: Path) -> None:
+    """A real ssh to a loopback port where nothing listens stands for the bastion."""
+    key = Path(__file__).parent / "bad_hosts" / "fixtures" / "id_test.pub"
+    public = key.read_text().split()
+    path = tmp_path / "hosts.yaml"
+    path.write_text("cluster: lab\nssh:\n  proxy_jump: {host: 127.0.0.1, port: 1, host_key: '"
+                    f"{public[0]} {public[1]}'}}\nhosts: [10.0.0.1]\n")
+    cluster = spec.load(path)
+    reading = nodestate.Reading(unreachable={"ip-10-0-0-1": "unreachable: Connection closed by UNKNOWN port 65535"})
+    (tmp_path / "inv" / "ssh").mkdir(parents=True)
+    with pytest.raises(HvdError, match=r"^cannot probe the nodes: the bastion 127\.0\.0\.1:1 refused or failed the "
+                                       r"login \(.*(refused|Connection)"):
+        probe.probe(cluster, tmp_path / "inv", read=lambda c, d: reading)
