@@ -3,7 +3,7 @@ again from a healthy peer, and a node added later gets everything from its peers
 
 Four nodes, the login user is not root. hosts.yaml first lists three of them; node3's `scp` flips a byte of the
 first file it receives (a wrapper early on its PATH, as a flaky link or disk would), so its first copy fails its
-sha256. First an env no cache holds is built (the layers up to the env only: no Horovod build): its builder keeps
+sha256. First an env is built with an empty controller cache (the layers up to the env only: no Horovod build): its builder keeps
 the archive and passes it on, so the controller sends none of it. Then the whole stack, whose env and wheel the
 controller cache holds: the controller sends each once. Then node4 joins the cluster.
 """
@@ -69,11 +69,13 @@ def test_a_freshly_built_env_goes_from_its_builder_to_its_peers_and_a_bad_copy_c
     script = f"cat > /usr/local/bin/scp <<'EOF'\n{FLIPPING_SCP}EOF\nchmod 0755 /usr/local/bin/scp"
     assert lab4.exec(3, "sh", "-c", script).returncode == 0
     default_stack = lab4.stack
-    # A package list no earlier run used: a key the controller cache does not hold, so one node builds it.
+    # Another package list (the next test's env differs), and an empty controller cache: one node builds it.
     lab4.stack = {"python": {"packages": [*default_stack["python"]["packages"], "six==1.16.0"]}}
     lab4.write_hosts_yaml()
+    cache = lab4.workdir / "empty-cache"
     try:
-        rc, doc, err = Cli(installed, lab4.workdir).up_json("--tags", "hvd_base,hvd_ssh_mesh,hvd_pyenv")
+        rc, doc, err = Cli(installed, lab4.workdir).up_json("--tags", "hvd_base,hvd_ssh_mesh,hvd_pyenv",
+                                                            env={"HVDCLUSTER_CACHE": str(cache)})
     finally:
         lab4.stack = default_stack
         lab4.write_hosts_yaml()
@@ -131,3 +133,21 @@ def test_a_node_added_later_gets_every_artifact_from_a_peer(installed: Path, lab
                for c in report["copies"]), report
     assert report["controller_bytes"] == 0 and report["peer_bytes"] > 0
     assert env_items(lab4.workdir, "node4") == env_items(lab4.workdir, "node1")
+
+
+def test_a_node_whose_kept_copy_rotted_gets_a_good_one_from_a_peer(installed: Path, lab4: Lab) -> None:
+    """node2's env is damaged (a file deleted) and its kept archive rotted on disk (a byte flipped): `up` finds the
+    archive bad before using it, removes it, pulls one from a peer and installs the env again."""
+    home = lab4.exec(2, "sh", "-c", "echo ~", user=lab4.user).stdout.strip()
+    archive = lab4.exec(2, "sh", "-c", f"ls {home}/.cache/hvdcluster/artifacts/env-*.tar.zst").stdout.split()
+    assert len(archive) == 1
+    flip = ("import os, sys\nwith open(sys.argv[1], 'r+b') as f:\n    f.seek(os.fstat(f.fileno()).st_size // 3)\n"
+            "    b = f.read(1)[0]\n    f.seek(-1, 1)\n    f.write(bytes([b ^ 0xFF]))\n")
+    assert lab4.exec(2, "python3", "-c", flip, archive[0], user=lab4.user).returncode == 0
+    victim = lab4.exec(2, "sh", "-c", "ls /opt/hvd/env/lib/python3*/site-packages/cloudpickle/__init__.py")
+    assert lab4.exec(2, "rm", victim.stdout.strip()).returncode == 0
+    rc, doc, err = Cli(installed, lab4.workdir).up_json()
+    assert rc == 0, err[-4000:]
+    env = copies(doc, "env")
+    assert [(c["to"], c["ok"]) for c in env] == [("node2", True)] and env[0]["from"] != "controller", doc["transfers"]
+    assert env_items(lab4.workdir, "node2") == env_items(lab4.workdir, "node1")
