@@ -105,7 +105,17 @@ def hvd_allreduce_ranks(lines: Iterable[str], np: int) -> list[dict[str, Any]]:
     return ranks
 
 
+def hvd_rotate(items: list[Any], start: int) -> list[Any]:
+    """``items`` starting at position ``start`` (modulo its length) and wrapping round: when every node walks its
+    peers from its own position, no two nodes knock on the same peer at once (sshd drops connections beyond
+    MaxStartups, 10 by default, when a whole cluster calls on one node together)."""
+    if not items:
+        return []
+    start = int(start) % len(items)
+    return list(items[start:]) + list(items[:start])
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {"hvd_members": hvd_members, "hvd_member_peers": hvd_member_peers,
-                "hvd_allreduce_ranks": hvd_allreduce_ranks}
+                "hvd_allreduce_ranks": hvd_allreduce_ranks, "hvd_rotate": hvd_rotate}

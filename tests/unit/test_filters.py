@@ -262,3 +262,14 @@ def test_an_allreduce_rank_with_a_wrong_sum_or_size_is_not_ok() -> None:
     lines = ["hvd-verify rank=0 size=2 host=node1 sum=3 expected=3", "hvd-verify rank=1 size=4 host=n2 sum=9 expected=10"]
     assert [r["ok"] for r in cluster.hvd_allreduce_ranks(lines, 4)] == [False, False]
     assert cluster.hvd_allreduce_ranks(["nothing here"], 4) == []
+
+
+def test_every_node_walks_its_peers_from_its_own_position_so_no_peer_gets_the_whole_cluster_at_once() -> None:
+    nodes = [f"node{i}" for i in range(1, 17)]
+    walks = {node: cluster.hvd_rotate([p for p in nodes if p != node], i) for i, node in enumerate(nodes)}
+    for node, walk in walks.items():
+        assert sorted(walk) == sorted(p for p in nodes if p != node)  # every peer, once
+    for step in range(15):
+        targets = [walk[step] for walk in walks.values()]
+        assert max(targets.count(t) for t in targets) <= 2, (step, targets)  # not 15 on one sshd
+    assert cluster.hvd_rotate([], 3) == [] and cluster.hvd_rotate(["a", "b"], 5) == ["b", "a"]
