@@ -84,6 +84,7 @@ def bastion_problem(jump: dict[str, Any], ssh_dir: str, timeout: float = 20) -> 
     last = [line for line in text.splitlines() if line.strip()][-1:] or [f"ssh exited {proc.returncode}"]
     return f"{where} refused or failed the login ({last[0].strip()})"
 
+
 HOST_VAR_DOC = """\
 # Per-host variables:
 #   ansible_host, ansible_port   how the controller reaches the node over SSH

@@ -65,13 +65,8 @@ def _one_line(text: Any, limit: int = 300) -> str:
 _REMOVE_KEY = re.compile(r"ssh-keygen -f \S+ -R \S+")
 
 
-def explain_ssh(message: str) -> str:
+def _explain(message: str) -> str:
     """Turn OpenSSH's multi-line banners into one telling line."""
-    if "bastion_known_hosts" in message and ("Host key verification failed" in message
-                                             or "REMOTE HOST IDENTIFICATION HAS CHANGED" in message):
-        return ("the bastion presented a host key other than ssh.proxy_jump.host_key in hosts.yaml (refused: "
-                "possible man-in-the-middle); check the bastion's key with its operator (ssh-keyscan) and correct "
-                "host_key")
     if "REMOTE HOST IDENTIFICATION HAS CHANGED" in message:
         fix = _REMOVE_KEY.search(message)
         how = f"; if the node was reinstalled, forget the old key: {fix.group(0)}" if fix else ""
@@ -92,7 +87,7 @@ def failure_message(res: dict[str, Any]) -> str:
         return _one_line(f"rc {res.get('rc')}: " + " | ".join(tail))
     for key in ("msg", "stderr", "reason", "module_stderr", "stdout"):
         if res.get(key):
-            return _one_line(explain_ssh(str(res[key]).removeprefix("Task failed: ")))
+            return _one_line(_explain(str(res[key]).removeprefix("Task failed: ")))
     return "task failed"
 
 
