@@ -94,18 +94,22 @@ def test_up_with_no_wheelhouse_builds_the_env_from_the_index(cli: Cli, lab: Lab)
         assert torch.stdout.strip() == "2.13.0+cpu", torch.stderr
 
 
-def test_a_state_folder_made_by_someone_else_is_refused_by_name(cli: Cli, lab: Lab) -> None:
-    """A /var/lib/hvdcluster that is not root's 0700 (here: opened up to everyone) is never used."""
-    assert lab.exec(2, "chmod", "0777", "/var/lib/hvdcluster").returncode == 0
-    assert lab.exec(2, "rm", "-f", "/opt/hvd/env/.hvd-env-key").returncode == 0  # node2 needs the env again
+def test_a_state_folder_made_by_someone_else_is_refused_by_name(cli: Cli, lab: Lab, tmp_path: Path) -> None:
+    """A /var/lib/hvdcluster that is not root's 0700 (here: opened up to everyone) is never used. The builder is the
+    node that works in it (the others get their artifacts from their peers): node1 needs the env again and the
+    controller cache is empty, so node1 builds."""
+    cache = {"HVDCLUSTER_CACHE": str(tmp_path / "empty-cache")}
+    opened = "mkdir -p /var/lib/hvdcluster && chmod 0777 /var/lib/hvdcluster"  # made now if no build made it yet
+    assert lab.exec(1, "sh", "-c", opened).returncode == 0
+    assert lab.exec(1, "rm", "-f", "/opt/hvd/env/.hvd-env-key").returncode == 0  # node1 needs the env again
     try:
-        rc, doc, err = cli.up_json("--tags", ENV_LAYERS)
+        rc, doc, err = cli.up_json("--tags", ENV_LAYERS, env=cache)
         assert rc == 1
         failure = " ".join(str(f) for f in doc.get("failures", [])) + err
         assert "/var/lib/hvdcluster has mode 0777, not 0700" in failure, failure[-4000:]
-        assert doc["hosts"]["node2"]["failed"] >= 1
+        assert doc["hosts"]["node1"]["failed"] >= 1
     finally:
-        assert lab.exec(2, "chmod", "0700", "/var/lib/hvdcluster").returncode == 0
-    rc, doc, err = cli.up_json("--tags", ENV_LAYERS)
+        assert lab.exec(1, "chmod", "0700", "/var/lib/hvdcluster").returncode == 0
+    rc, doc, err = cli.up_json("--tags", ENV_LAYERS, env=cache)
     assert rc == 0, err[-4000:]
-    assert lab.exec(2, "cat", "/opt/hvd/env/.hvd-env-key").returncode == 0
+    assert lab.exec(1, "cat", "/opt/hvd/env/.hvd-env-key").returncode == 0
