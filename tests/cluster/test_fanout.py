@@ -22,13 +22,14 @@ from tests.lab import Lab
 
 pytestmark = pytest.mark.containers
 
-FLIP_MARK = "/var/tmp/hvd-test-flipped"
+# In the login user's home, not a fixed /var/tmp path another local user could make first.
+FLIP_MARK = "$HOME/.hvd-test-flipped"
 # Runs the real scp, then once flips a byte in the middle of what it wrote (its last argument).
 FLIPPING_SCP = f"""#!/bin/sh
 /usr/bin/scp "$@"; rc=$?
 for last; do :; done
-if [ "$rc" -eq 0 ] && [ ! -e {FLIP_MARK} ] && [ -f "$last" ]; then
-    : > {FLIP_MARK}
+if [ "$rc" -eq 0 ] && [ ! -e "{FLIP_MARK}" ] && [ -f "$last" ]; then
+    : > "{FLIP_MARK}"
     python3 - "$last" <<'PY'
 import os, sys
 with open(sys.argv[1], "r+b") as handle:
@@ -87,7 +88,7 @@ def test_a_freshly_built_env_goes_from_its_builder_to_its_peers_and_a_bad_copy_c
     assert len(builders) == 1, report  # one node built and kept the archive; the others got it from nodes
     assert {c["to"] for c in env if c["ok"]} == {"node1", "node2", "node3"} - builders, report
     # node3's first copy was bad: named as such, then fetched again from a holder, and used.
-    assert lab4.exec(3, "test", "-e", FLIP_MARK).returncode == 0
+    assert lab4.exec(3, "sh", "-c", f'test -e "{FLIP_MARK}"', user=lab4.user).returncode == 0
     bad = [c for c in report["copies"] if not c["ok"]]
     assert [c["to"] for c in bad] == ["node3"] and bad[0]["why"], bad
     again = [c for c in env if c["to"] == "node3" and c["ok"]]
