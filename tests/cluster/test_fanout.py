@@ -3,8 +3,9 @@ again from a healthy peer, and a node added later gets everything from its peers
 
 Four nodes, the login user is not root. hosts.yaml first lists three of them; node3's `scp` flips a byte of the
 first file it receives (a wrapper early on its PATH, as a flaky link or disk would), so its first copy fails its
-sha256. First an env is built with an empty controller cache (the layers up to the env only: no Horovod build): its builder keeps
-the archive and passes it on, so the controller sends none of it. Then the whole stack, whose env and wheel the
+sha256. First an env is built with an empty controller cache (the layers up to the env only: no Horovod build) on
+node2, not the first node (the operator names it, hvd_pyenv_builder): it keeps the archive and passes it on, so the
+controller sends none of it, and every node ends with a byte-identical env. Then the whole stack, whose env and wheel the
 controller cache holds: the controller sends each once. Then node4 joins the cluster.
 """
 
@@ -74,19 +75,28 @@ def test_a_freshly_built_env_goes_from_its_builder_to_its_peers_and_a_bad_copy_c
     lab4.stack = {"python": {"packages": [*default_stack["python"]["packages"], "six==1.16.0"]}}
     lab4.write_hosts_yaml()
     cache = lab4.workdir / "empty-cache"
+    # The builder is not the first node: the operator names node2 (an inventory file of their own).
+    local = lab4.workdir / "inventories" / "fo4" / "group_vars" / "all" / "local.yml"
+    local.parent.mkdir(parents=True, exist_ok=True)
+    local.write_text("hvd_pyenv_builder: node2\n")
     try:
         rc, doc, err = Cli(installed, lab4.workdir).up_json("--tags", "hvd_base,hvd_ssh_mesh,hvd_pyenv",
                                                             env={"HVDCLUSTER_CACHE": str(cache)})
     finally:
         lab4.stack = default_stack
         lab4.write_hosts_yaml()
+        local.unlink()
     assert rc == 0, err[-4000:]
     report = doc["transfers"]
     env = copies(doc, "env")
     assert report["controller_bytes"] == 0 and env and all(c["from"] != "controller" for c in env), report
     builders = {c["from"] for c in env} - {c["to"] for c in env}
-    assert len(builders) == 1, report  # one node built and kept the archive; the others got it from nodes
-    assert {c["to"] for c in env if c["ok"]} == {"node1", "node2", "node3"} - builders, report
+    assert builders == {"node2"}, report  # node2 built and kept the archive; the others got it from nodes
+    assert {c["to"] for c in env if c["ok"]} == {"node1", "node3"}, report
+    # Every node holds the byte-identical env: the same digest of every file's path and content.
+    digest = "cd /opt/hvd/env && find . -type f ! -name '.hvd-*' -print0 | sort -z | xargs -0 sha256sum | sha256sum"
+    digests = {i: lab4.exec(i, "sh", "-c", digest).stdout.split()[0] for i in (1, 2, 3)}
+    assert len(set(digests.values())) == 1, digests
     # node3's first copy was bad: named as such, then fetched again from a holder, and used.
     assert lab4.exec(3, "sh", "-c", f'test -e "{FLIP_MARK}"', user=lab4.user).returncode == 0
     bad = [c for c in report["copies"] if not c["ok"]]
