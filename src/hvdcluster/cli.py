@@ -48,10 +48,32 @@ def cmd_init(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def load_and_resolve(path: str) -> tuple[spec.ClusterSpec, compat.Plan]:
-    """hosts.yaml, validated, and its stack resolved: bad input or an impossible stack stop here (exit 2)."""
-    cluster = spec.load(path)
+def load_and_resolve(path: str, bundle_dir: str | None = None) -> tuple[spec.ClusterSpec, compat.Plan]:
+    """hosts.yaml, validated, and its stack resolved: bad input or an impossible stack stop here (exit 2). With an
+    offline bundle (``--bundle`` or network.bundle) every file it lists must be there (names and sizes)."""
+    cluster = with_bundle(spec.load(path), bundle_dir)
     return cluster, compat.resolve(cluster.stack, lines=cluster.stack_lines, path=cluster.path)
+
+
+def with_bundle(cluster: spec.ClusterSpec, folder: str | None) -> spec.ClusterSpec:
+    """``--bundle DIR`` in network.bundle's place; then the bundle's quick check (exit 2 naming a missing file)."""
+    from dataclasses import replace
+
+    from . import bundle
+
+    if folder is not None:
+        for key in spec.NOT_WITH_BUNDLE:
+            if getattr(cluster.network, key):
+                raise HvdError(f"--bundle: {cluster.path} sets network.{key}: an offline bundle is the nodes' only "
+                               "source (drop that key for this cluster)")
+        path = Path(folder).expanduser().resolve()
+        if not (path / "manifest.yaml").is_file():
+            problem = "holds no manifest.yaml" if path.is_dir() else "is not a folder"
+            raise HvdError(f"--bundle: {path} {problem}; make the bundle with `hvdcluster bundle hosts.yaml -o DIR`")
+        cluster = replace(cluster, network=replace(cluster.network, bundle=str(path)))
+    if cluster.network.bundle:
+        bundle.check_usable(cluster.network.bundle)
+    return cluster
 
 
 # --------------------------------------------------------------------------------------------- arguments
@@ -235,7 +257,7 @@ def _converge(args: argparse.Namespace, playbook: str, what: str, command: str) 
     tags = getattr(args, "tags", None)
     check_tags(tags)
     console.step(1, 3, f"read {args.hosts} and resolve the stack")
-    cluster, plan = load_and_resolve(args.hosts)
+    cluster, plan = load_and_resolve(args.hosts, getattr(args, "bundle", None))
     check_limit(args.limit, cluster)
     console.write(f"  cluster {cluster.cluster}: {len(cluster.hosts)} hosts")
     # One run at a time: the lock is taken before anything is written, so a second run changes nothing.
@@ -268,7 +290,7 @@ def _fast_path(args: argparse.Namespace) -> int | None:
 
     check_environment()
     output = check_output(args.output)
-    cluster, plan = load_and_resolve(args.hosts)
+    cluster, plan = load_and_resolve(args.hosts, args.bundle)
     root = inventory_root(output, cluster)
     if not (root / "hosts.yml").is_file() or not nodestate.recorded_inputs(root):
         return None
@@ -372,6 +394,73 @@ def cmd_up(args: argparse.Namespace) -> int:
     return _converge(args, "site.yml", "converge", "up")
 
 
+def cmd_bundle(args: argparse.Namespace) -> int:
+    """Gather an offline bundle on a connected node (converged first), or re-check one (``--verify``)."""
+    from . import bundle
+    from .runner import check_environment
+
+    if args.verify:
+        problems = bundle.verify(args.verify)
+        count = len(bundle.load(args.verify)["entries"])
+        if args.json:
+            dump_json(sys.stdout, {"dir": args.verify, "files": count, "ok": not problems, "problems": problems})
+        else:
+            for line in problems:
+                print(line)
+            print(f"{args.verify}: {count} files checked by sha256: "
+                  + (f"{len(problems)} problems" if problems else "every file is the one the manifest names"))
+        return EXIT_FAILED if problems else EXIT_OK
+    if not args.hosts or not args.out:
+        raise HvdError("bundle: name the cluster's hosts.yaml and the bundle folder: hvdcluster bundle hosts.yaml -o DIR")
+    check_environment()
+    output = check_output(args.inventories)
+    dest = Path(args.out).expanduser().resolve()
+    if dest.exists() and not dest.is_dir():
+        raise HvdError(f"-o/--out: {dest} is a file; name the bundle folder")
+    cluster, plan = load_and_resolve(args.hosts)
+    if cluster.network.bundle:
+        raise HvdError(f"{cluster.path}: network.bundle is set: a bundle is gathered on a connected node "
+                       "(use a hosts.yaml without it)")
+    names = [h.name for h in cluster.hosts]
+    node = args.node or names[0]
+    if node not in names:
+        raise HvdError(f"--node: unknown host {node!r} (hosts of {cluster.path}: {', '.join(names)})")
+    dest.mkdir(parents=True, exist_ok=True)
+    console = _console(args)
+    have = bundle.held(dest)
+    extra = bundle.wheelhouse_entries(cluster.network.wheelhouse, dest)
+    with lock.hold(inventory_root(output, cluster), "bundle"):
+        root = render(cluster, output, plan)
+        console.step(1, 3, f"converge {node}: the node OS's own apt and pip resolve the bundle there")
+        tracker, result = _tracked_run(root, cluster, console, "site.yml", limit=node)
+        if not (tracker.ok and result.rc == 0):
+            return _finish(args, console, cluster, root, tracker, result)
+        console.step(2, 3, f"gather on {node} what {dest} lacks ({len(have)} files held)")
+        tracker, result = _tracked_run(root, cluster, console, "bundle.yml", limit=node, extravars={
+            "hvd_bundle_dest": str(dest), "hvd_bundle_have": have,
+            "hvd_bundle_skip_sha256": sorted({e["sha256"] for e in extra})})
+        if not (tracker.ok and result.rc == 0):
+            return _finish(args, console, cluster, root, tracker, result)
+    console.step(3, 3, f"write {dest / 'manifest.yaml'}")
+    collected = tracker.stats.get("hvd_bundle") or {}
+    fetched = bundle.unpack_incoming(dest)
+    extra += bundle.cache_entries(collected.get("keys") or {}, paths.controller_cache(), dest)
+    summary = {**bundle.finish(dest, collected, extra, node), "fetched": fetched, "resolver": node}
+    if args.json:
+        dump_json(sys.stdout, summary)
+        return EXIT_OK
+    mib = 1024 * 1024
+    folders = ", ".join(f"{k} {v / mib:.1f} MiB" for k, v in sorted(summary["by_folder"].items()))
+    console.write(f"bundle {dest}: {summary['files']} files, {summary['bytes'] / mib:.1f} MiB ({folders}); "
+                  f"{len(fetched)} fetched from {node} this run, {len(summary['removed'])} no longer needed removed")
+    if summary["unavailable"]:
+        console.write(f"  not in {node}'s apt sources (installed some other way, not carried): "
+                      f"{', '.join(summary['unavailable'])}")
+    console.write(f"  check it anywhere: hvdcluster bundle --verify {dest}")
+    console.write(f"  use it: hvdcluster up hosts.yaml --bundle {dest}   (or network.bundle in hosts.yaml)")
+    return EXIT_OK
+
+
 def cmd_preflight(args: argparse.Namespace) -> int:
     return _converge(args, "preflight.yml", "check every node, read-only:", "preflight")
 
@@ -472,8 +561,25 @@ def build_parser() -> argparse.ArgumentParser:
                    "last passed")
     p.add_argument("--full", action="store_true",
                    help="converge every node with every role, even those whose state is the desired one")
+    p.add_argument("--bundle", metavar="DIR",
+                   help="install from this offline bundle only (hvdcluster bundle): apt from its local repository, "
+                   "pip with --no-index; like network.bundle in hosts.yaml")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("bundle", help="gather every file an offline converge needs (run where there is network)",
+                       description="Converges one connected node of the node OS (--node, default the first host), "
+                       "lets its own apt and pip resolve every package the stack needs, and fetches what the bundle "
+                       "folder lacks; writes DIR/manifest.yaml (every file, its sha256, size and why). Re-runnable: "
+                       "only what changed is fetched. --verify DIR re-checks every file by its sha256.")
+    p.add_argument("hosts", nargs="?", help="the hosts.yaml of a connected cluster of the node OS")
+    p.add_argument("-o", "--out", help="the bundle folder (created; re-used by a later run)")
+    p.add_argument("--node", help="the host of hosts.yaml to resolve on (default: the first)")
+    p.add_argument("--inventories", default="inventories",
+                   help="folder that holds the inventory folder <cluster>/ (default: ./inventories)")
+    p.add_argument("--verify", metavar="DIR", help="re-check every file of the bundle DIR by its sha256; change nothing")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.set_defaults(func=cmd_bundle)
 
     p = sub.add_parser("check", help="compare every node with the desired state and its peers (read-only)",
                        description="Reads every node in one read-only module call (check mode, no sudo) and "

@@ -113,6 +113,9 @@ VAR_DOCS: dict[str, str] = {
     "hvd_base_apt_proxy": "apt proxy URL; empty: none.",
     "hvd_base_pip_index": "pip index URL; empty: pip's default.",
     "hvd_pyenv_wheelhouse": "Controller folder of wheels offered to pip on the nodes; empty: none.",
+    "hvd_base_bundle": "An offline bundle (hvdcluster bundle): apt installs from its repository only, pip with\n"
+    "--no-index.",
+    "hvd_pyenv_index_wheels": "The bundle's locked distributions, offered to pip in the index's place.",
     "hvd_stack": "The software stack: hosts.yaml's, completed by the resolver (`hvdcluster plan` says why).\n"
     "The role variables below are taken from it.",
 }
@@ -187,10 +190,21 @@ def group_vars(spec: ClusterSpec, plan: Plan | None = None) -> dict[str, dict[st
             "hvd_base_apt_proxy": net.apt_proxy or "",
             "hvd_base_pip_index": net.pip_index or "",
             "hvd_pyenv_wheelhouse": net.wheelhouse or "",
+            **(bundle_vars(net.bundle) if net.bundle else {}),
         },
         "stack.yml": {"hvd_stack": stack, **stack_vars(stack, plan.patches if plan else ()),
                       **(preflight_vars(stack) if plan else {})},
     }
+
+
+def bundle_vars(folder: str) -> dict[str, Any]:
+    """An offline bundle (network.bundle or ``up --bundle``): hvd_base installs from its apt repository only (pip
+    with --no-index), hvd_pyenv is offered its wheelhouse (as when it was made: part of the env's key) and its
+    locked distributions in the index's place; the cache entries it carries reach the controller cache in hvd_base."""
+    wheelhouse = os.path.join(folder, "wheelhouse")
+    return {"hvd_base_bundle": folder,
+            "hvd_pyenv_wheelhouse": wheelhouse if os.path.isdir(wheelhouse) and os.listdir(wheelhouse) else "",
+            "hvd_pyenv_index_wheels": os.path.join(folder, "pypi")}
 
 
 # Resolved stack field -> the role variable that consumes it.

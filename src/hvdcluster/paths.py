@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import cache
 from pathlib import Path
 
@@ -23,3 +24,8 @@ def ansible_home() -> Path:
 
 def playbook(name: str) -> Path:
     return ansible_home() / "playbooks" / name
+
+
+def controller_cache() -> Path:
+    """The controller cache the roles use (their ``*_cache_dir`` default): $HVDCLUSTER_CACHE, else ~/.cache/hvdcluster."""
+    return Path(os.environ.get("HVDCLUSTER_CACHE") or Path.home() / ".cache" / "hvdcluster")

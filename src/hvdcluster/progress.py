@@ -101,6 +101,8 @@ class Tracker:
     preflight: dict[str, list[dict[str, str]]] = field(default_factory=dict)
     # Every copy of an artifact (set_stats `hvd_transfers: [{artifact, file, from, to, bytes, ok, why}]`, hvd_fanout).
     transfers: list[dict[str, Any]] = field(default_factory=list)
+    # Everything the roles handed over with set_stats (e.g. hvd_bundle's result for `hvdcluster bundle`).
+    stats: dict[str, Any] = field(default_factory=dict)
     finished: bool = False
 
     @classmethod
@@ -168,7 +170,8 @@ class Tracker:
         for name, findings in ((data.get("artifact_data") or {}).get("hvd_preflight") or {}).items():
             if isinstance(findings, list):
                 self.preflight[name] = [f for f in findings if isinstance(f, dict)]
-        copies = (data.get("artifact_data") or {}).get("hvd_transfers") or []
+        self.stats = dict(data.get("artifact_data") or {})
+        copies = self.stats.get("hvd_transfers") or []
         self.transfers = [c for c in copies if isinstance(c, dict)] if isinstance(copies, list) else []
         for host in self.hosts.values():
             host.done = True

@@ -99,6 +99,7 @@ class NetworkSpec:
     apt_proxy: str | None = None
     pip_index: str | None = None
     wheelhouse: str | None = None
+    bundle: str | None = None  # an offline bundle folder (hvdcluster bundle): nodes install from it only
 
 
 @dataclass(frozen=True)
@@ -848,7 +849,9 @@ _TOP_KEYS = ("cluster", "ssh", "hosts", "stack", "network", "set_hostname")
 _SSH_KEYS = ("user", "port", "identity", "become", "proxy_jump")
 _JUMP_KEYS = ("host", "port", "user", "identity", "host_key")
 _HOST_KEYS = ("name", "address", "port", "fabric_address", "fabric_port", "slots")
-_NETWORK_KEYS = ("ca_bundle", "apt_proxy", "pip_index", "wheelhouse")
+_NETWORK_KEYS = ("ca_bundle", "apt_proxy", "pip_index", "wheelhouse", "bundle")
+# With an offline bundle, nodes use nothing else: these would be sources next to it.
+NOT_WITH_BUNDLE = ("apt_proxy", "pip_index", "wheelhouse")
 
 _stack = _section(
     {
@@ -936,13 +939,26 @@ def _ssh(ctx: _Context, node: Node, field: str) -> SshSpec:
     )
 
 
+def _bundle(ctx: _Context, node: Node, field: str) -> str:
+    path = _existing_directory(ctx, node, field)
+    if not os.path.isfile(os.path.join(path, "manifest.yaml")):
+        raise ctx.error(node, field, f"{path} holds no manifest.yaml: make the bundle with `hvdcluster bundle`")
+    return path
+
+
 def _network(ctx: _Context, node: Node, field: str) -> NetworkSpec:
     fields = _fields(ctx, node, field, _NETWORK_KEYS)
+    if fields.get("bundle") is not None and not _is_null(fields["bundle"]):
+        for key in NOT_WITH_BUNDLE:
+            if fields.get(key) is not None and not _is_null(fields[key]):
+                raise ctx.error(fields[key], _join(field, key),
+                                "not with network.bundle: an offline bundle is the nodes' only source (drop one)")
     return NetworkSpec(
         ca_bundle=_get(ctx, fields, "ca_bundle", field, _ca_bundle),
         apt_proxy=_get(ctx, fields, "apt_proxy", field, _url),
         pip_index=_get(ctx, fields, "pip_index", field, _url),
         wheelhouse=_get(ctx, fields, "wheelhouse", field, _existing_directory),
+        bundle=_get(ctx, fields, "bundle", field, _bundle),
     )
 
 
