@@ -1,0 +1,235 @@
+"""An air-gapped cluster converged from an offline bundle (hvdcluster bundle, up with network.bundle).
+
+The bundle is gathered on a connected node of the same image (its own apt and pip resolve everything, behind this
+machine's proxy: the CA bundle and the wheelhouse of hosts.yaml). Then two bare nodes on a Docker network created
+`--internal` (no route out), reached only through a bastion, converge from the bundle alone to a passing allreduce
+(hvd_verify's post-flight): apt reads the bundle's local repository only, pip runs with --no-index. A bundle with
+one file removed fails at once naming that file and its role; `bundle --verify` catches a flipped byte.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.conftest import Cli, run_events
+from tests.lab import IMAGE, LABEL, Lab, docker
+
+pytestmark = pytest.mark.containers
+
+NAME = "gap"
+INTERNAL = f"hvdc-{NAME}-internal"
+OUTSIDE = f"hvdc-{NAME}"
+BASTION = f"hvdc-{NAME}-bastion"
+NODES = [f"hvdc-{NAME}-node{i}" for i in (1, 2)]
+STACK = {"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]}}
+REMOTE_FETCH = re.compile(r"\b(?:Get|Hit|Ign|Err):\d+ (?:https?|ftp)://")  # apt's fetch lines from a remote source
+
+
+def down() -> None:
+    ids = docker("ps", "-aq", "--filter", f"label={LABEL}={NAME}").split()
+    if ids:
+        docker("rm", "-f", *ids)
+    for network in (INTERNAL, OUTSIDE):
+        docker("network", "rm", network, check=False)
+
+
+def wait_for_sshd(container: str) -> None:
+    for _ in range(200):
+        probe = subprocess.run(["docker", "exec", container, "sh", "-c",
+                                "test -s /etc/ssh/ssh_host_ed25519_key.pub && pgrep -x sshd"], capture_output=True)
+        if probe.returncode == 0:
+            return
+        time.sleep(0.3)
+    raise RuntimeError(f"{container}: sshd did not start")
+
+
+def in_node(container: str, script: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["docker", "exec", container, "sh", "-c", script], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def made(installed: Path, node_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """The bundle, gathered on a connected node of the node image (converged first)."""
+    lab = Lab("gapsrc", 1, tmp_path_factory.mktemp("gapsrc"), stack=STACK)
+    lab.up()
+    out = lab.workdir / "bundle"
+    proc = Cli(installed, lab.workdir)("bundle", "hosts.yaml", "-o", str(out), "--json")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    yield {"lab": lab, "dir": out, "first": json.loads(proc.stdout), "cli": Cli(installed, lab.workdir)}
+    lab.down()
+
+
+@pytest.fixture(scope="module")
+def gapped(installed: Path, made: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Two bare nodes with no route out, a bastion, and a hosts.yaml whose only source is the bundle."""
+    down()
+    work = tmp_path_factory.mktemp(NAME)
+    key = work / "controller_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    pub = key.with_suffix(".pub").read_text().strip()
+    docker("network", "create", "--label", f"{LABEL}={NAME}", "--internal", INTERNAL)
+    docker("network", "create", "--label", f"{LABEL}={NAME}", OUTSIDE)
+    for node in NODES:
+        docker("run", "-d", "--name", node, "--hostname", node.rsplit("-", 1)[1], "--label", f"{LABEL}={NAME}",
+               "--network", INTERNAL, "--shm-size", "512m", "-e", f"SSH_AUTHORIZED_KEY={pub}", IMAGE)
+    docker("run", "-d", "--name", BASTION, "--hostname", "bastion", "--label", f"{LABEL}={NAME}",
+           "--network", OUTSIDE, "-p", "127.0.0.1::22", "-e", f"SSH_AUTHORIZED_KEY={pub}", IMAGE)
+    docker("network", "connect", INTERNAL, BASTION)
+    for container in [BASTION, *NODES]:
+        wait_for_sshd(container)
+    port = int(docker("port", BASTION, "22/tcp").splitlines()[0].rsplit(":", 1)[1])
+    host_key = " ".join(docker("exec", BASTION, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").split()[:2])
+    hosts = [f"  - {{name: node{i}, address: {node}, slots: 1}}" for i, node in enumerate(NODES, 1)]
+    (work / "hosts.yaml").write_text("\n".join([
+        f"cluster: {NAME}",
+        "ssh:",
+        f"  identity: {key.name}",
+        f"  proxy_jump: {{host: 127.0.0.1, port: {port}, host_key: '{host_key}'}}",
+        "hosts:", *hosts,
+        f"stack: {json.dumps(STACK)}",
+        f"network: {{bundle: '{made['dir']}'}}", ""]))
+    yield work
+    down()
+
+
+def test_the_bundle_lists_every_file_with_its_sha256_size_and_why(made: dict) -> None:
+    doc, folder = made["first"], made["dir"]
+    manifest = (folder / "manifest.yaml").read_text()
+    assert doc["files"] == manifest.count("\n- path: ") > 50
+    assert set(doc["by_folder"]) >= {"apt", "pypi", "wheelhouse", "cache"}, doc["by_folder"]
+    assert doc["fetched"], "a first bundle fetches its files from the resolver"
+    # the packages the roles install, resolved with their dependencies by the node's own apt
+    for package in ("openmpi-bin", "python3-venv", "zstd", "libc6"):
+        assert re.search(rf"path: apt/{re.escape(package)}_\S+\.deb", manifest), package
+    assert "path: apt/Packages" in manifest
+    assert re.search(r"path: cache/envs/env-[0-9a-f]{16}\.tar\.zst\n", manifest)
+    assert re.search(r"path: cache/horovod/[0-9a-f]{16}/horovod-0\.28\.1-\S+\.whl\n", manifest)
+    assert re.search(r"path: pypi/horovod-0\.28\.1\.tar\.gz\n", manifest)
+    verify = made["cli"]("bundle", "--verify", str(folder))
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_a_second_bundle_run_fetches_nothing_that_did_not_change(made: dict) -> None:
+    proc = made["cli"]("bundle", "hosts.yaml", "-o", str(made["dir"]), "--json")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    doc = json.loads(proc.stdout)
+    assert doc["fetched"] == [] and doc["removed"] == [], doc
+    assert doc["files"] == made["first"]["files"]
+
+
+def test_bundle_verify_catches_a_flipped_byte(made: dict, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-al", str(made["dir"]), str(copy)], check=True)  # hard links: no 1 GB copy
+    target = sorted((copy / "pypi").glob("*.whl"))[0]
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    target.unlink()  # break the hard link before writing: the original stays intact
+    target.write_bytes(bytes(data))
+    proc = made["cli"]("bundle", "--verify", str(copy))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"{target}: sha256 " in proc.stdout and "hvd_pyenv" in proc.stdout, proc.stdout
+    assert made["cli"]("bundle", "--verify", str(made["dir"])).returncode == 0
+
+
+def test_a_bundle_with_one_file_removed_fails_at_once_naming_it_and_touches_no_node(installed: Path, made: dict,
+                                                                                   gapped: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "short"
+    subprocess.run(["cp", "-al", str(made["dir"]), str(copy)], check=True)
+    gone = sorted((copy / "apt").glob("openmpi-bin_*.deb"))[0]
+    gone.unlink()
+    start = time.monotonic()
+    proc = Cli(installed, gapped)("up", "hosts.yaml", "--bundle", str(copy))
+    took = time.monotonic() - start
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"{gone}: missing from the bundle (needed by hvd_base" in proc.stderr, proc.stderr
+    assert took < 30, took  # the check comes before any node is contacted
+    assert not (gapped / "inventories").exists()
+    for node in NODES:
+        assert in_node(node, "test -e /etc/apt/apt.conf.d/01hvdcluster-bundle").returncode == 1
+
+
+@pytest.fixture(scope="module")
+def converged(installed: Path, gapped: Path) -> dict:
+    rc, doc, err = Cli(installed, gapped).up_json()
+    assert rc == 0, err[-8000:]
+    return doc
+
+
+def test_nodes_with_no_route_out_converge_from_the_bundle_to_a_passing_allreduce(converged: dict,
+                                                                                  gapped: Path) -> None:
+    assert json.loads(docker("network", "inspect", INTERNAL))[0]["Internal"] is True
+    assert set(converged["converged"]) == {"node1", "node2"}
+    ran = {e["event_data"].get("task") for e in run_events(converged["log"]) if e.get("event") == "runner_on_ok"}
+    assert any(task and "allreduce" in task.lower() for task in ran), sorted(t for t in ran if t)
+    for node in NODES:
+        proc = in_node(node, "/opt/hvd/env/bin/python -c 'import horovod.torch as hvd, torch; print(torch.__version__)'")
+        assert proc.returncode == 0 and proc.stdout.startswith("2.13.0"), proc.stderr[-2000:]
+
+
+def test_no_remote_source_was_configured_or_used(converged: dict, gapped: Path) -> None:
+    for node in NODES:
+        targets = in_node(node, "apt-get indextargets --format '$(URI)'")
+        uris = set(targets.stdout.split())
+        assert uris and all(uri.startswith("file:/var/cache/hvdcluster/apt") for uri in uris), uris
+        pip = in_node(node, "cat /etc/pip.conf")
+        assert "no-index = true" in pip.stdout and "index-url" not in pip.stdout, pip.stdout
+        logs = in_node(node, "cat /var/log/apt/history.log /var/log/apt/term.log 2>/dev/null")
+        assert not REMOTE_FETCH.search(logs.stdout), REMOTE_FETCH.search(logs.stdout)
+        # apt is pointed at the bundle's sources only (the node's own files are left as the image had them)
+        dump = in_node(node, "apt-config dump").stdout
+        assert re.search(r'^Dir::Etc::sourcelist "/var/cache/hvdcluster/sources.list";$', dump, re.M | re.I), dump
+        assert re.search(r'^Dir::Etc::sourceparts "/var/cache/hvdcluster/sources.list.d";$', dump, re.M | re.I), dump
+    log = Path(converged["log"]).read_text()
+    assert not REMOTE_FETCH.search(log), REMOTE_FETCH.search(log)
+
+
+def test_a_second_full_up_from_the_bundle_changes_nothing(installed: Path, converged: dict, gapped: Path) -> None:
+    rc, doc, err = Cli(installed, gapped).up_json("--full")
+    assert rc == 0, err[-6000:]
+    assert {h: s["changed"] for h, s in doc["hosts"].items()} == {"node1": 0, "node2": 0}, doc["hosts"]
+
+
+def test_run_launches_through_the_bastion(installed: Path, converged: dict, gapped: Path) -> None:
+    code = "import horovod.torch as hvd; hvd.init(); print(f'rank={hvd.rank()} size={hvd.size()}')"
+    proc = Cli(installed, gapped)("run", "--hosts", "hosts.yaml", "-np", "2", "--", "python", "-c", code)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    assert sorted(re.findall(r"rank=\d size=2", proc.stdout)) == ["rank=0 size=2", "rank=1 size=2"], proc.stdout
+
+
+def test_an_env_rebuilt_offline_installs_the_bundles_locked_files_with_no_index(installed: Path, converged: dict,
+                                                                                 made: dict, gapped: Path,
+                                                                                 tmp_path: Path) -> None:
+    """A bundle without the packed env, an empty controller cache, and node1's env damaged: node1 must build the env
+    again, from the bundle's wheelhouse and pypi/ only (pip --no-index, every file by its locked sha256)."""
+    from hvdcluster.bundle import manifest_lib
+
+    lib = manifest_lib()
+    copy = tmp_path / "no-env"
+    subprocess.run(["cp", "-al", str(made["dir"]), str(copy)], check=True)
+    manifest = lib.load(str(copy))
+    kept = [e for e in manifest["entries"] if not e["path"].startswith("cache/envs/")]
+    for entry in manifest["entries"]:
+        if entry["path"].startswith("cache/envs/"):
+            (copy / entry["path"]).unlink()
+    (copy / "manifest.yaml").unlink()  # a hard link to the original's: replaced, not rewritten
+    (copy / "manifest.yaml").write_text(lib.dump(kept, manifest["made"]))
+    assert in_node(NODES[0], "rm /opt/hvd/env/lib/python3.11/site-packages/typing_extensions.py").returncode == 0
+    cache = tmp_path / "empty-cache"
+    rc, doc, err = Cli(installed, gapped).up_json("--bundle", str(copy), env={"HVDCLUSTER_CACHE": str(cache)})
+    assert rc == 0, err[-8000:]
+    outcomes = {}
+    for event in run_events(doc["log"]):
+        data = event.get("event_data") or {}
+        if event.get("event") in ("runner_on_ok", "runner_on_failed") and data.get("host") == "node1":
+            outcomes.setdefault(data.get("task"), set()).add(event["event"])
+    assert outcomes.get("Install exactly the locked files (hashes required)") == {"runner_on_ok"}, sorted(outcomes)
+    assert list((cache / "envs").glob("env-*.tar.zst")), "the rebuilt env is published in the controller cache"
+    proc = in_node(NODES[1], "/opt/hvd/env/bin/python -c 'import torch, horovod.torch; print(torch.__version__)'")
+    assert proc.returncode == 0 and proc.stdout.startswith("2.13.0"), proc.stderr[-2000:]

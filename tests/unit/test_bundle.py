@@ -1,0 +1,154 @@
+"""The offline bundle's manifest, its checks and the command's refusals (no node: a bundle folder made here).
+
+The bundle's gathering on a node and a converge from it run against containers in tests/cluster/test_bundle.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from hvdcluster import bundle, cli, inventory, spec
+
+LIB = bundle.manifest_lib()
+
+
+def make_bundle(folder: Path, files: dict[str, bytes]) -> Path:
+    entries = []
+    for rel, data in files.items():
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        entries.append({"path": rel, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
+                        "why": f"test file {rel}"})
+    (folder / "manifest.yaml").write_text(LIB.dump(entries, {"by": "test"}))
+    return folder
+
+
+FILES = {
+    "apt/zstd_1.5.4_amd64.deb": b"deb zstd " * 100,
+    "apt/rsync_3.2.7_amd64.deb": b"deb rsync " * 50,
+    "apt/Packages": b"Package: zstd\n\nPackage: rsync\n",
+    "pypi/six-1.16.0-py2.py3-none-any.whl": b"wheel six",
+    "cache/envs/env-0123456789abcdef.tar.zst": b"env archive",
+}
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    return make_bundle(tmp_path / "bundle", FILES)
+
+
+def test_a_whole_bundle_verifies(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert bundle.verify(folder) == []
+    assert cli.main(["bundle", "--verify", str(folder)]) == 0
+    assert "5 files checked by sha256" in capsys.readouterr().out
+
+
+def test_verify_names_a_flipped_byte_and_the_role_that_needs_the_file(folder: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    deb = folder / "apt" / "zstd_1.5.4_amd64.deb"
+    data = bytearray(deb.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    deb.write_bytes(bytes(data))  # same size: only the hash can tell
+    assert cli.main(["bundle", "--verify", str(folder), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is False and len(doc["problems"]) == 1
+    assert str(deb) in doc["problems"][0] and "sha256" in doc["problems"][0] and "hvd_base" in doc["problems"][0]
+
+
+def test_verify_names_a_missing_file_and_a_file_nobody_listed(folder: Path) -> None:
+    (folder / "pypi" / "six-1.16.0-py2.py3-none-any.whl").unlink()
+    (folder / "apt" / "planted_1.0_amd64.deb").write_bytes(b"x")
+    problems = bundle.verify(folder)
+    assert any("six-1.16.0" in p and "missing" in p and "hvd_pyenv" in p for p in problems), problems
+    assert any("planted_1.0" in p and "not in the manifest" in p for p in problems), problems
+
+
+def test_a_manifest_path_that_leaves_the_folder_is_refused(tmp_path: Path) -> None:
+    folder = make_bundle(tmp_path / "b", {"apt/Packages": b"x"})
+    text = (folder / "manifest.yaml").read_text().replace("path: apt/Packages", "path: ../../etc/passwd")
+    (folder / "manifest.yaml").write_text(text)
+    with pytest.raises(Exception, match="leaves the bundle folder"):
+        bundle.load(folder)
+
+
+def test_the_apt_archive_is_the_same_bytes_for_the_same_bundle(tmp_path: Path) -> None:
+    one = make_bundle(tmp_path / "one", FILES)
+    two = make_bundle(tmp_path / "two", FILES)
+    a, a_sha, made = LIB.apt_archive(str(one), LIB.load(str(one)), str(tmp_path / "cache1"))
+    b, b_sha, _ = LIB.apt_archive(str(two), LIB.load(str(two)), str(tmp_path / "cache2"))
+    assert made and a_sha == b_sha == hashlib.sha256(Path(a).read_bytes()).hexdigest()
+    assert Path(a).read_bytes() == Path(b).read_bytes()
+    with tarfile.open(a) as tar:  # the repository only, flat, owned by root
+        assert sorted(tar.getnames()) == ["Packages", "rsync_3.2.7_amd64.deb", "zstd_1.5.4_amd64.deb"]
+        assert {m.uid for m in tar.getmembers()} == {0}
+    again = LIB.apt_archive(str(one), LIB.load(str(one)), str(tmp_path / "cache1"))
+    assert again == (a, a_sha, False)  # made once
+
+
+def test_the_apt_archive_refuses_a_package_that_differs_from_the_manifest(folder: Path, tmp_path: Path) -> None:
+    (folder / "apt" / "rsync_3.2.7_amd64.deb").write_bytes(b"X" * len(FILES["apt/rsync_3.2.7_amd64.deb"]))
+    with pytest.raises(LIB.BundleError, match="rsync_3.2.7_amd64.deb: sha256 differs"):
+        LIB.apt_archive(str(folder), LIB.load(str(folder)), str(tmp_path / "cache"))
+    assert not list((tmp_path / "cache" / "bundles").glob("*.tar"))
+
+
+def test_the_cache_entries_are_seeded_once(folder: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    copied = LIB.seed_cache(str(folder), LIB.load(str(folder)), str(cache))
+    assert copied == [str(cache / "envs" / "env-0123456789abcdef.tar.zst")]
+    assert (cache / "envs" / "env-0123456789abcdef.tar.zst").read_bytes() == b"env archive"
+    assert LIB.seed_cache(str(folder), LIB.load(str(folder)), str(cache)) == []
+
+
+def test_unpacking_the_resolver_files_refuses_a_member_outside_the_bundle(tmp_path: Path) -> None:
+    dest = tmp_path / "b"
+    dest.mkdir()
+    evil = tmp_path / "evil"
+    evil.write_text("x")
+    with tarfile.open(dest / ".incoming.tar", "w") as tar:
+        tar.add(evil, arcname="apt/../../evil")
+    with pytest.raises(Exception, match="unexpected member"):
+        bundle.unpack_incoming(dest)
+    assert not (tmp_path.parent / "evil").exists() and not list(dest.glob("apt*"))
+
+
+HOSTS = "cluster: gap\nhosts: [10.0.0.1]\n"
+
+
+def test_up_with_a_file_removed_from_the_bundle_exits_2_naming_it_and_touches_nothing(
+        folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(HOSTS)  # 10.0.0.1 is never contacted: the check comes first
+    (folder / "apt" / "rsync_3.2.7_amd64.deb").unlink()
+    out = tmp_path / "inv"
+    assert cli.main(["up", str(hosts), "-o", str(out), "--bundle", str(folder)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "rsync_3.2.7_amd64.deb: missing from the bundle (needed by hvd_base" in err
+    assert not out.exists()
+
+
+def test_up_bundle_refuses_hosts_yaml_with_another_source(folder: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(HOSTS + "network: {pip_index: 'https://pypi.example.com/simple'}\n")
+    assert cli.main(["up", str(hosts), "-o", str(tmp_path / "inv"), "--bundle", str(folder)]) == 2
+    assert "sets network.pip_index" in capsys.readouterr().err
+
+
+def test_the_inventory_points_the_roles_at_the_bundle(folder: Path, tmp_path: Path) -> None:
+    (folder / "wheelhouse").mkdir()
+    (folder / "wheelhouse" / "torch-2.13.0-cp311-cp311-linux_x86_64.whl").write_bytes(b"w")
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(HOSTS + f"network: {{bundle: '{folder}'}}\n")
+    net = inventory.group_vars(spec.load(str(hosts)))["network.yml"]
+    assert net["hvd_base_bundle"] == str(folder)
+    assert net["hvd_pyenv_wheelhouse"] == str(folder / "wheelhouse")
+    assert net["hvd_pyenv_index_wheels"] == str(folder / "pypi")
+    assert net["hvd_base_pip_index"] == "" and net["hvd_base_apt_proxy"] == ""
