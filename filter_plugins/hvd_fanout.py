@@ -12,13 +12,17 @@ from typing import Any
 CONTROLLER = "controller"
 
 
-def hvd_fanout_plan(needy: list[str], holders: list[str]) -> dict[str, Any]:
-    """``needy``: the nodes that need the artifact, in order; ``holders``: the nodes that hold it already.
+def hvd_fanout_plan(needy: list[str], holders: list[str], peers: bool = True) -> dict[str, Any]:
+    """``needy``: the nodes that need the artifact, in order; ``holders``: the nodes that hold it already;
+    ``peers``: whether nodes can copy from each other yet (the SSH mesh exists).
 
     Returns ``seed`` (the node the controller copies to; "" when a node holds it), ``rounds``: a list of
-    {receiver: sender}, each sender sending to one receiver per round, and ``holders``."""
+    {receiver: sender}, each sender sending to one receiver per round, and ``holders``. Without peers, one round
+    in which the controller sends to every node that needs it."""
     have = list(dict.fromkeys(holders))
     want = [host for host in dict.fromkeys(needy) if host not in have]
+    if not peers:
+        return {"seed": "", "rounds": [{host: CONTROLLER for host in want}] if want else [], "holders": have}
     seed = ""
     if not have and want:
         seed = want.pop(0)

@@ -166,6 +166,10 @@ def test_nodes_with_no_route_out_converge_from_the_bundle_to_a_passing_allreduce
                                                                                   gapped: Path) -> None:
     assert json.loads(docker("network", "inspect", INTERNAL))[0]["Internal"] is True
     assert set(converged["converged"]) == {"node1", "node2"}
+    # The first converge installs the packages before the SSH mesh exists: the repository comes from the controller.
+    repo = [c for c in converged["transfers"]["copies"] if c["artifact"] == "apt-repository"]
+    assert sorted((c["from"], c["to"], c["ok"]) for c in repo) == [("controller", "node1", True),
+                                                                    ("controller", "node2", True)], repo
     ran = {e["event_data"].get("task") for e in run_events(converged["log"]) if e.get("event") == "runner_on_ok"}
     assert any(task and "allreduce" in task.lower() for task in ran), sorted(t for t in ran if t)
     for node in NODES:
@@ -221,6 +225,9 @@ def test_an_env_rebuilt_offline_installs_the_bundles_locked_files_with_no_index(
     (copy / "manifest.yaml").unlink()  # a hard link to the original's: replaced, not rewritten
     (copy / "manifest.yaml").write_text(lib.dump(kept, manifest["made"]))
     assert in_node(NODES[0], "rm /opt/hvd/env/lib/python3.11/site-packages/typing_extensions.py").returncode == 0
+    # node2 loses its repository and its kept archive: now that the mesh exists, it gets the archive from node1.
+    assert in_node(NODES[1], "rm /var/cache/hvdcluster/apt/.hvd-repo /root/.cache/hvdcluster/artifacts/apt-*.tar"
+                   ).returncode == 0
     cache = tmp_path / "empty-cache"
     rc, doc, err = Cli(installed, gapped).up_json("--bundle", str(copy), env={"HVDCLUSTER_CACHE": str(cache)})
     assert rc == 0, err[-8000:]
@@ -231,5 +238,7 @@ def test_an_env_rebuilt_offline_installs_the_bundles_locked_files_with_no_index(
             outcomes.setdefault(data.get("task"), set()).add(event["event"])
     assert outcomes.get("Install exactly the locked files (hashes required)") == {"runner_on_ok"}, sorted(outcomes)
     assert list((cache / "envs").glob("env-*.tar.zst")), "the rebuilt env is published in the controller cache"
+    repo = [c for c in doc["transfers"]["copies"] if c["artifact"] == "apt-repository"]
+    assert [(c["from"], c["to"], c["ok"]) for c in repo] == [("node1", "node2", True)], doc["transfers"]
     proc = in_node(NODES[1], "/opt/hvd/env/bin/python -c 'import torch, horovod.torch; print(torch.__version__)'")
     assert proc.returncode == 0 and proc.stdout.startswith("2.13.0"), proc.stderr[-2000:]

@@ -45,6 +45,12 @@ def test_a_node_added_to_a_converged_cluster_gets_it_in_one_round_from_a_peer() 
     assert plan == {"seed": "", "rounds": [{"node4": "node1"}], "holders": ["node1", "node2", "node3"]}
 
 
+def test_before_the_mesh_exists_the_controller_sends_to_every_node_that_needs_it() -> None:
+    plan = fanout.hvd_fanout_plan(["n1", "n2", "n3"], ["n2"], peers=False)
+    assert plan == {"seed": "", "rounds": [{"n1": "controller", "n3": "controller"}], "holders": ["n2"]}
+    assert fanout.hvd_fanout_plan([], [], peers=False)["rounds"] == []
+
+
 def test_nothing_needed_plans_nothing() -> None:
     assert fanout.hvd_fanout_plan([], ["node1"]) == {"seed": "", "rounds": [], "holders": ["node1"]}
     assert fanout.hvd_fanout_plan([], []) == {"seed": "", "rounds": [], "holders": []}
