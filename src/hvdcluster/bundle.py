@@ -12,6 +12,7 @@ import os
 import shutil
 import tarfile
 import time
+import urllib.request
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -21,7 +22,7 @@ from . import paths
 from .errors import HvdError
 
 # Folders whose files the manifest lists; a file in one of them that no longer belongs is removed on a re-run.
-FOLDERS = ("apt", "pypi", "wheelhouse", "cache")
+FOLDERS = ("apt", "pypi", "wheelhouse", "cache", "openmpi")
 WHEELHOUSE_PATTERNS = (".whl", ".tar.gz", ".zip")  # what hvd_pyenv offers from a wheelhouse
 
 
@@ -116,6 +117,35 @@ def wheelhouse_entries(wheelhouse: str | None, dest: Path) -> list[dict[str, Any
         entries.append({"path": f"wheelhouse/{src.name}", "sha256": sha, "size": src.stat().st_size,
                         "why": "the wheelhouse of hosts.yaml when the bundle was made (its names are in the env's key)"})
     return entries
+
+
+def openmpi_entries(stack: dict[str, Any], dest: Path) -> list[dict[str, Any]]:
+    """With ``stack.mpi.source: source``, the Open MPI tarball hvd_openmpi builds from, checked by its sha256: copied
+    from the controller path, or downloaded here (where there is network) from its URL."""
+    mpi = stack.get("mpi") or {}
+    if mpi.get("source") != "source" or not mpi.get("url"):
+        return []
+    url, sha = str(mpi["url"]), str(mpi.get("sha256") or "").lower()
+    target = dest / "openmpi" / os.path.basename(url.rstrip("/").split("?", 1)[0])
+    if not (target.is_file() and _sha256(target) == sha):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        try:
+            if "://" in url:
+                with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as out:  # noqa: S310
+                    shutil.copyfileobj(response, out)
+            else:
+                shutil.copyfile(url, tmp)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise HvdError(f"bundle: stack.mpi.url {url}: cannot get it: {exc}") from None
+        found = _sha256(tmp)
+        if found != sha:
+            tmp.unlink()
+            raise HvdError(f"bundle: stack.mpi.url {url}: sha256 {found}, stack.mpi.sha256 says {sha or '(none)'}")
+        os.replace(tmp, target)
+    return [{"path": f"openmpi/{target.name}", "sha256": sha, "size": target.stat().st_size,
+             "why": f"Open MPI {mpi.get('version', '')}: the tarball hvd_openmpi builds from (stack.mpi.source: source)"}]
 
 
 def cache_entries(keys: dict[str, str], cache_dir: Path, dest: Path) -> list[dict[str, Any]]:

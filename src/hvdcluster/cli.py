@@ -52,7 +52,13 @@ def load_and_resolve(path: str, bundle_dir: str | None = None) -> tuple[spec.Clu
     """hosts.yaml, validated, and its stack resolved: bad input or an impossible stack stop here (exit 2). With an
     offline bundle (``--bundle`` or network.bundle) every file it lists must be there (names and sizes)."""
     cluster = with_bundle(spec.load(path), bundle_dir)
-    return cluster, compat.resolve(cluster.stack, lines=cluster.stack_lines, path=cluster.path)
+    plan = compat.resolve(cluster.stack, lines=cluster.stack_lines, path=cluster.path)
+    mpi = plan.stack.get("mpi") or {}
+    if cluster.network.bundle and mpi.get("source") == "source" and not inventory.bundled_tarball(
+            plan.stack, cluster.network.bundle):
+        raise HvdError(f"bundle: {cluster.network.bundle} holds no Open MPI tarball for stack.mpi.url {mpi.get('url')} "
+                       "(needed by hvd_openmpi): gather the bundle with this stack")
+    return cluster, plan
 
 
 def with_bundle(cluster: spec.ClusterSpec, folder: str | None) -> spec.ClusterSpec:
@@ -428,7 +434,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     dest.mkdir(parents=True, exist_ok=True)
     console = _console(args)
     have = bundle.held(dest)
-    extra = bundle.wheelhouse_entries(cluster.network.wheelhouse, dest)
+    extra = bundle.wheelhouse_entries(cluster.network.wheelhouse, dest) + bundle.openmpi_entries(plan.stack, dest)
     with lock.hold(inventory_root(output, cluster), "bundle"):
         root = render(cluster, output, plan)
         console.step(1, 3, f"converge {node}: the node OS's own apt and pip resolve the bundle there")
@@ -438,7 +444,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
         console.step(2, 3, f"gather on {node} what {dest} lacks ({len(have)} files held)")
         tracker, result = _tracked_run(root, cluster, console, "bundle.yml", limit=node, extravars={
             "hvd_bundle_dest": str(dest), "hvd_bundle_have": have,
-            "hvd_bundle_skip_sha256": sorted({e["sha256"] for e in extra})})
+            "hvd_bundle_skip_sha256": sorted({e["sha256"] for e in extra if e["path"].startswith("wheelhouse/")})})
         if not (tracker.ok and result.rc == 0):
             return _finish(args, console, cluster, root, tracker, result)
     console.step(3, 3, f"write {dest / 'manifest.yaml'}")

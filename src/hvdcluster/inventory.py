@@ -193,7 +193,7 @@ def group_vars(spec: ClusterSpec, plan: Plan | None = None) -> dict[str, dict[st
             **(bundle_vars(net.bundle) if net.bundle else {}),
         },
         "stack.yml": {"hvd_stack": stack, **stack_vars(stack, plan.patches if plan else ()),
-                      **(preflight_vars(stack) if plan else {})},
+                      **(preflight_vars(stack) if plan else {}), **bundled_tarball(stack, net.bundle)},
     }
 
 
@@ -205,6 +205,16 @@ def bundle_vars(folder: str) -> dict[str, Any]:
     return {"hvd_base_bundle": folder,
             "hvd_pyenv_wheelhouse": wheelhouse if os.path.isdir(wheelhouse) and os.listdir(wheelhouse) else "",
             "hvd_pyenv_index_wheels": os.path.join(folder, "pypi")}
+
+
+def bundled_tarball(stack: dict[str, Any], folder: str | None) -> dict[str, Any]:
+    """With an offline bundle, hvd_openmpi builds from the bundle's copy of the Open MPI tarball (`bundle` checked
+    it against stack.mpi.sha256, which the role checks again)."""
+    url = str((stack.get("mpi") or {}).get("url") or "")
+    if not (folder and url and (stack.get("mpi") or {}).get("source") == "source"):
+        return {}
+    copy = os.path.join(folder, "openmpi", os.path.basename(url.rstrip("/").split("?", 1)[0]))
+    return {"hvd_openmpi_url": copy} if os.path.isfile(copy) else {}
 
 
 # Resolved stack field -> the role variable that consumes it.

@@ -152,3 +152,36 @@ def test_the_inventory_points_the_roles_at_the_bundle(folder: Path, tmp_path: Pa
     assert net["hvd_pyenv_wheelhouse"] == str(folder / "wheelhouse")
     assert net["hvd_pyenv_index_wheels"] == str(folder / "pypi")
     assert net["hvd_base_pip_index"] == "" and net["hvd_base_apt_proxy"] == ""
+
+
+TARBALL = b"openmpi source " * 64
+
+
+def test_a_source_stack_carries_its_open_mpi_tarball_checked_by_sha256(tmp_path: Path) -> None:
+    src = tmp_path / "openmpi-4.1.6.tar.bz2"
+    src.write_bytes(TARBALL)
+    stack = {"mpi": {"impl": "openmpi", "version": "4.1.6", "source": "source", "url": str(src),
+                     "sha256": hashlib.sha256(TARBALL).hexdigest()}}
+    dest = tmp_path / "bundle"
+    [entry] = bundle.openmpi_entries(stack, dest)
+    assert entry["path"] == "openmpi/openmpi-4.1.6.tar.bz2" and (dest / entry["path"]).read_bytes() == TARBALL
+    assert LIB.role_of(entry["path"]) == "hvd_openmpi"
+    assert inventory.bundled_tarball(stack, str(dest)) == {"hvd_openmpi_url": str(dest / entry["path"])}
+    assert bundle.openmpi_entries({"mpi": {"source": "package"}}, dest) == []
+    wrong = {"mpi": {**stack["mpi"], "sha256": "0" * 64}}
+    (dest / entry["path"]).unlink()
+    with pytest.raises(Exception, match="sha256 .* stack.mpi.sha256 says 0000"):
+        bundle.openmpi_entries(wrong, dest)
+    assert not (dest / entry["path"]).exists()
+
+
+def test_up_with_a_source_stack_and_a_bundle_without_its_tarball_exits_2(folder: Path, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    src = "https://download.example.org/openmpi-4.1.6.tar.bz2"  # never contacted: the check comes first
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(HOSTS + f"stack: {{mpi: {{version: '4.1.6', source: source, url: '{src}', "
+                             f"sha256: '{hashlib.sha256(TARBALL).hexdigest()}'}}}}\n")
+    assert cli.main(["up", str(hosts), "-o", str(tmp_path / "inv"), "--bundle", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "holds no Open MPI tarball" in err and "hvd_openmpi" in err, err
+    assert not (tmp_path / "inv").exists()
