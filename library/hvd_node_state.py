@@ -38,7 +38,9 @@ description:
   - C(mpi.path) (the first mpirun on I(ssh_path), resolved), C(mpi.version) (ansible_local.hvd_openmpi).
   - C(env.python) ("<real interpreter> <version>"), C(env.key), C(env.lock) (sha256 of hvd-requirements.lock),
     C(env.dist.<name>) ("<version> <digest of its RECORD>") for every distribution but Horovod, C(env.files)
-    (C(ok) or what is missing or changed, checked against each RECORD and hvd_tree's manifest).
+    (C(ok) or what is missing, changed or added, checked against hvd_tree's manifest, each RECORD and Horovod's
+    RECORD: nothing else may be in the env), C(env.manifest) (digest of what the manifest says was installed).
+  - C(os.release), C(os.kernel), C(os.machine-id) (digest; a reinstalled node has another).
   - C(horovod.version), C(horovod.record), C(horovod.key), C(horovod.checked).
   - C(mesh.authorized), C(mesh.known_hosts), C(mesh.ssh_config), C(base.hosts), C(base.ca), C(profile.<file>)
     (/etc/profile.d/hvd-*.sh), C(ldconf.<file>) (/etc/ld.so.conf.d/hvd-*.conf).
@@ -60,6 +62,12 @@ options:
     type: str
     default: ""
   deep: {description: "Check every env file's sha256 too, not only its size (and time).", type: bool, default: false}
+  sections:
+    description: Read only these parts (C(os), C(packages), C(driver), C(components), C(mpi), C(env), C(mesh), C(base));
+      empty - all. hvd_pyenv reads C(env) with it, the reader C(hvdcluster check) uses.
+    type: list
+    elements: str
+    default: []
   look:
     description:
       - Look at the host too (returned as I(host)). Keys, all optional - C(peers) (list of name, address, port,
@@ -111,6 +119,7 @@ def main() -> None:
             "cluster_public_key": {"type": "str", "default": "", "no_log": False},
             "ssh_path": {"type": "str", "default": ""},
             "deep": {"type": "bool", "default": False},
+            "sections": {"type": "list", "elements": "str", "default": []},
             "look": {"type": "dict"},
             "root": {"type": "path", "default": "/"},
         },
@@ -121,7 +130,7 @@ def main() -> None:
     try:
         state = node_state(p["root"], cluster=p["cluster"], packages=p["packages"], env_prefix=p["env_prefix"],
                            user=p["user"], cluster_public_key=p["cluster_public_key"], ssh_path=p["ssh_path"],
-                           deep=p["deep"])
+                           deep=p["deep"], sections=p["sections"])
         extra = {}
         if p["look"] is not None:
             want = p["look"]

@@ -10,8 +10,8 @@ after it. A tree whose ``marker`` already holds ``marker_content`` is left alone
 Before the markers, the new tree's manifest (``.hvd-manifest``: every file's size, modification time and sha256)
 is written, so ``state: verified`` can tell later, read-only, whether the tree is still what was installed: a
 file missing, or changed in size or time (``deep``: in content) is named; files added later are named only with
-``exact`` (Horovod and hvdcluster's own scripts are installed into the env after it). Python's ``__pycache__`` is
-left out: importing as root writes it.
+``exact`` (Horovod is installed into the env after it). Python's byte caches (``__pycache__``) count like any
+file: a planted one is loaded (module_utils/hvd_files.walk_tree).
 
 ``state: manifested`` records the manifest of a tree built in place (the env's builder), before its marker.
 
@@ -29,7 +29,7 @@ import shutil
 import stat
 import subprocess
 
-from ansible.module_utils.hvd_files import MANIFEST, manifest_entry_differs, read_manifest, sha256_of
+from ansible.module_utils.hvd_files import MANIFEST, manifest_entry_differs, read_manifest, sha256_of, walk_tree
 
 DOCUMENTATION = r"""
 module: hvd_tree
@@ -64,9 +64,6 @@ previous: {description: "unpacked: the marker content the replaced tree had ('' 
 intact: {description: "verified: the tree is complete (marker) and every file is as installed.", type: bool}
 differences: {description: "verified: what differs (at most 20), e.g. 'changed: lib/x.py', 'missing: bin/y'.", type: list}
 """
-
-_SKIP_DIRS = {"__pycache__"}
-
 
 def read_marker(path: str, marker: str) -> str:
     try:
@@ -118,18 +115,6 @@ def write_file(path: str, content: str) -> None:
     os.chmod(path, 0o644)
 
 
-def _walk(root: str, skip: set[str]):
-    """Every file and link below ``root`` as (relative path, lstat), ``__pycache__`` and ``skip`` left out."""
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not os.path.islink(os.path.join(folder, d)))
-        links = [d for d in os.listdir(folder) if os.path.islink(os.path.join(folder, d)) and d not in files]
-        for name in sorted(files + links):
-            full = os.path.join(folder, name)
-            rel = os.path.relpath(full, root)
-            if rel not in skip:
-                yield rel, os.lstat(full)
-
-
 def _entry(full: str, info: os.stat_result, content: bool) -> list:
     if stat.S_ISLNK(info.st_mode):
         return ["link", os.readlink(full)]
@@ -138,7 +123,7 @@ def _entry(full: str, info: os.stat_result, content: bool) -> list:
 
 def write_manifest(root: str, skip: set[str]) -> None:
     """Record every file of ``root`` (size, mtime, sha256; links by target) in ``root/.hvd-manifest``."""
-    entries = {rel: _entry(os.path.join(root, rel), info, True) for rel, info in _walk(root, skip | {MANIFEST})}
+    entries = {rel: _entry(os.path.join(root, rel), info, True) for rel, info in walk_tree(root, skip | {MANIFEST})}
     write_file(os.path.join(root, MANIFEST), json.dumps(entries, sort_keys=True, separators=(",", ":")) + "\n")
 
 
@@ -148,7 +133,7 @@ def verify(root: str, skip: set[str], deep: bool = False, exact: bool = False, m
     recorded = read_manifest(root)
     if recorded is None:
         return [f"no manifest: {root} was not installed by this version of hvdcluster"]
-    found = dict(_walk(root, skip | {MANIFEST}))
+    found = dict(walk_tree(root, skip | {MANIFEST}))
     differences = [f"missing: {rel}" for rel in sorted(set(recorded) - set(found))]
     if exact:
         differences += [f"added: {rel}" for rel in sorted(set(found) - set(recorded))]

@@ -31,6 +31,20 @@ def add_stamped(digest, path: str) -> None:
 MANIFEST = ".hvd-manifest"
 
 
+def walk_tree(root: str, skip: set[str] = frozenset()):
+    """Every file and link below ``root`` as (relative path, lstat), ``skip`` (relative paths) left out. Byte caches
+    (``__pycache__``) are walked like any file: Python loads a planted one whose header matches its source, so they
+    are part of what was installed (ARCHITECTURE.md, "exact envs"). A symlinked folder is one link, not followed."""
+    for folder, dirs, files in os.walk(root):
+        links = sorted(d for d in dirs if os.path.islink(os.path.join(folder, d)))
+        dirs[:] = sorted(d for d in dirs if d not in links)
+        for name in sorted(files + links):
+            full = os.path.join(folder, name)
+            rel = os.path.relpath(full, root)
+            if rel not in skip:
+                yield rel, os.lstat(full)
+
+
 def read_manifest(root: str) -> dict | None:
     """A tree's manifest as hvd_tree writes it (``root/.hvd-manifest``: JSON {relative path: [size, mtime_ns,
     sha256]}, a link as ["link", target]); None when it is missing or unreadable."""

@@ -16,13 +16,18 @@ import os
 import re
 import stat
 
-from ansible.module_utils.hvd_files import add_stamped, manifest_entry_differs, read_manifest, sha256_of
+from ansible.module_utils.hvd_files import (MANIFEST, add_stamped, manifest_entry_differs, read_manifest, sha256_of,
+                                            walk_tree)
 
 ABSENT = "absent"
 DEBIAN_SSH_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games"  # what sshd gives a command on Debian
 KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"  # hvd_ssh_mesh_known_hosts' default
 CA_GLOB = "/usr/local/share/ca-certificates/hvdcluster*.crt"  # hvd_base installs hvdcluster-ca.crt
 MOST_PROBLEMS = 10
+# Files hvdcluster itself writes into the env beside what its manifest and Horovod's RECORD list.
+ENV_MARKERS = (".hvdcluster", ".hvd-env-key", MANIFEST, ".hvd-horovod-key", ".hvd-horovod-checked")
+# Distributions installed into the env after its manifest was written (their RECORD lists their files).
+ENV_LATER = ("horovod",)
 
 _RUNS = re.compile(r"[-_.]+")
 
@@ -103,7 +108,8 @@ def canonical(name: str) -> str:
 
 
 def os_state(root: str) -> dict:
-    """``os.release`` ("debian 12": ID and VERSION_ID of os-release) and ``os.kernel`` (the running kernel)."""
+    """``os.release`` ("debian 12": ID and VERSION_ID of os-release), ``os.kernel`` (the running kernel) and
+    ``os.machine-id`` (d16 of /etc/machine-id: changes when the node is reinstalled)."""
     text = read_text(under(root, "/etc/os-release")) or read_text(under(root, "/usr/lib/os-release"))
     fields = {}
     for line in (text or "").splitlines():
@@ -111,7 +117,10 @@ def os_state(root: str) -> dict:
         if sep:
             fields[key.strip()] = value.strip().strip("\"'")
     release = " ".join(v for v in (fields.get("ID", "").lower(), fields.get("VERSION_ID", "")) if v)
-    return {"os.release": release or ABSENT, "os.kernel": os.uname().release}
+    machine = (read_text(under(root, "/etc/machine-id")) or "").strip()
+    return {"os.release": release or ABSENT, "os.kernel": os.uname().release,
+            # A reinstalled node gets a new one: d16 only (the id itself is meant to stay on the machine).
+            "os.machine-id": d16(machine.encode()) if machine else ABSENT}
 
 
 def dpkg_status(root: str) -> list[tuple[str, str, str, bool, bool]]:
@@ -322,7 +331,7 @@ def _python_version(prefix: str) -> str:
 
 def _record_files(site: str, info: str) -> dict[str, tuple[str, int | None]]:
     """The files a dist-info's RECORD lists with a sha256: real path -> (RECORD's hash, size or None);
-    ``__pycache__`` left out (importing as root rewrites it)."""
+    ``__pycache__`` left out (pip lists byte caches without a hash; the manifest and env_problems' walk cover them)."""
     files = {}
     try:
         with open(os.path.join(info, "RECORD"), encoding="utf-8", errors="replace", newline="") as handle:
@@ -335,6 +344,15 @@ def _record_files(site: str, info: str) -> dict[str, tuple[str, int | None]]:
         size = int(row[2]) if len(row) > 2 and row[2].isdigit() else None
         files[os.path.normpath(os.path.join(site, row[0]))] = (row[1][len("sha256="):], size)
     return files
+
+
+def _record_paths(site: str, info: str) -> set[str]:
+    """Every path a dist-info's RECORD lists (with a hash or not: pip lists byte caches without one), real paths."""
+    try:
+        with open(os.path.join(info, "RECORD"), encoding="utf-8", errors="replace", newline="") as handle:
+            return {os.path.normpath(os.path.join(site, row[0])) for row in csv.reader(handle) if row and row[0]}
+    except OSError:
+        return set()
 
 
 def _record_differs(full: str, want_hash: str, size: int | None, deep: bool) -> str:
@@ -358,19 +376,25 @@ def _record_differs(full: str, want_hash: str, size: int | None, deep: bool) -> 
 def _describe(problems: list[tuple[str, str]]) -> str:
     if not problems:
         return "ok"
-    order = {"missing": 0, "changed": 1}
-    problems = sorted(set(problems), key=lambda p: (order.get(p[0], 2), p[1]))
+    order = {"missing": 0, "changed": 1, "added": 2}
+    problems = sorted(set(problems), key=lambda p: (order.get(p[0], 3), p[1]))
     text = "; ".join(f"{kind}: {path}" for kind, path in problems[:MOST_PROBLEMS])
     if len(problems) > MOST_PROBLEMS:
         text += f"; +{len(problems) - MOST_PROBLEMS} more"
     return text
 
 
-def verify_env(prefix: str, dists: list[tuple[str, str, str, str]], deep: bool = False) -> str:
-    """``env.files``: "ok" or what differs. Every file a RECORD lists with a sha256 must exist with its size
-    (``deep``: its hash); where hvd_tree's manifest (``.hvd-manifest``) lists a file, it is checked as hvd_tree
-    does instead (size and modification time, ``deep``: sha256), and so is every other file the manifest lists.
-    A path inside site-packages is named relative to it, any other relative to the prefix."""
+def env_problems(prefix: str, dists: list[tuple[str, str, str, str]], deep: bool = False) -> list[tuple[str, str]]:
+    """What differs in the env at ``prefix`` from what was installed there, as (kind, name) with kind "missing",
+    "changed" or "added"; a path inside site-packages is named relative to it, any other relative to the prefix.
+
+    - Every file hvd_tree's manifest (``.hvd-manifest``) lists is checked as hvd_tree does (size and modification
+      time, ``deep``: sha256); every other file a RECORD lists with a sha256 must exist with its size (``deep``: its
+      hash). A missing manifest is itself a problem: the env was not installed by hvdcluster, or it was tampered with.
+    - The env holds nothing else: a file neither the manifest, Horovod's RECORD (installed later) nor hvdcluster's
+      own markers account for is "added" - an extra distribution, a stray module, a ``*.pth`` or
+      ``sitecustomize.py`` (both run at every interpreter start), a planted byte cache.
+    """
     sites = sorted({site for _, _, site, _ in dists}, key=len, reverse=True)
 
     def name(full: str) -> str:
@@ -380,15 +404,20 @@ def verify_env(prefix: str, dists: list[tuple[str, str, str, str]], deep: bool =
         return os.path.relpath(full, prefix) if full.startswith(prefix + os.sep) else full
 
     problems = []
-    manifest = read_manifest(prefix) or {}
+    manifest = read_manifest(prefix)
     listed = set()
-    for rel, want in manifest.items():
+    if manifest is None:
+        problems.append(("missing", MANIFEST))
+    for rel, want in (manifest or {}).items():
         full = os.path.normpath(os.path.join(prefix, rel))
         listed.add(full)
         kind = manifest_entry_differs(full, want, deep)
         if kind:
             problems.append((kind, name(full)))
-    for _, _, site, info in dists:
+    known = set(listed) | {os.path.join(prefix, marker) for marker in ENV_MARKERS}
+    for dist, _, site, info in dists:
+        if dist in ENV_LATER:
+            known |= _record_paths(site, info)
         for full, (want_hash, size) in _record_files(site, info).items():
             if full in listed:
                 continue
@@ -396,12 +425,34 @@ def verify_env(prefix: str, dists: list[tuple[str, str, str, str]], deep: bool =
             kind = _record_differs(full, want_hash, size, deep)
             if kind:
                 problems.append((kind, name(full)))
-    return _describe(problems)
+    if manifest is not None:
+        for rel, _ in walk_tree(prefix):
+            full = os.path.join(prefix, rel)
+            if full not in known:
+                problems.append(("added", name(full)))
+    return problems
+
+
+def verify_env(prefix: str, dists: list[tuple[str, str, str, str]], deep: bool = False) -> str:
+    """``env.files``: "ok" or what differs (:func:`env_problems`)."""
+    return _describe(env_problems(prefix, dists, deep))
+
+
+def manifest_d16(prefix: str) -> str:
+    """``env.manifest``: d16 of what the env's manifest says was installed (each path with its size and sha256, a
+    link with its target; modification times left out), so every node that installed the same archive has the same
+    value, and a manifest edited to vouch for an added file shows."""
+    manifest = read_manifest(prefix)
+    if manifest is None:
+        return ABSENT
+    content = {rel: (want if want[:1] == ["link"] else [want[0], want[2]]) if isinstance(want, list) and len(want) >= 2
+               else want for rel, want in manifest.items()}
+    return d16(json.dumps(content, sort_keys=True, separators=(",", ":")).encode())
 
 
 def env_state(root: str, env_prefix: str, deep: bool = False) -> dict:
     """``env.*`` (interpreter, key, lock, every distribution but Horovod, its files) and ``horovod.*``."""
-    keys = ("env.python", "env.key", "env.lock", "env.files", "horovod.version", "horovod.record", "horovod.key",
+    keys = ("env.python", "env.key", "env.lock", "env.files", "env.manifest", "horovod.version", "horovod.record", "horovod.key",
             "horovod.checked")
     prefix = under(root, env_prefix)
     if not os.path.isdir(prefix):
@@ -430,6 +481,7 @@ def env_state(root: str, env_prefix: str, deep: bool = False) -> dict:
     out.update({key: ", ".join(sorted(values)) for key, values in items.items()})
     out["horovod.version"], out["horovod.record"] = horovod[0] if horovod else (ABSENT, ABSENT)
     out["env.files"] = verify_env(prefix, dists, deep)
+    out["env.manifest"] = manifest_d16(prefix)
     return out
 
 
@@ -523,17 +575,28 @@ def base_state(root: str, cluster: str) -> dict:
 # ------------------------------------------------------------------------------------------ all of it
 
 
+SECTIONS = ("os", "packages", "driver", "components", "mpi", "env", "mesh", "base")
+
+
 def node_state(root: str = "/", *, cluster: str, packages: list[str] | None = None, env_prefix: str = "/opt/hvd/env",
                user: str = "root", cluster_public_key: str = "", ssh_path: str = "",
-               deep: bool = False) -> dict:
-    """The node's state: one flat dict, sorted by key."""
+               deep: bool = False, sections: list[str] | None = None) -> dict:
+    """The node's state: one flat dict, sorted by key; ``sections``: only those parts (default: all)."""
+    unknown = sorted(set(sections or ()) - set(SECTIONS))
+    if unknown:
+        raise ValueError(f"unknown sections {unknown} (known: {', '.join(SECTIONS)})")
+    readers = {
+        "os": lambda: os_state(root),
+        "packages": lambda: packages_state(root, list(packages or [])),
+        "driver": lambda: driver_state(root),
+        "components": lambda: components_state(root),
+        "mpi": lambda: mpi_state(root, ssh_path),
+        "env": lambda: env_state(root, env_prefix, deep),
+        "mesh": lambda: mesh_state(root, cluster, user, cluster_public_key),
+        "base": lambda: base_state(root, cluster),
+    }
     state = {}
-    state.update(os_state(root))
-    state.update(packages_state(root, list(packages or [])))
-    state.update(driver_state(root))
-    state.update(components_state(root))
-    state.update(mpi_state(root, ssh_path))
-    state.update(env_state(root, env_prefix, deep))
-    state.update(mesh_state(root, cluster, user, cluster_public_key))
-    state.update(base_state(root, cluster))
+    for section in SECTIONS:
+        if not sections or section in sections:
+            state.update(readers[section]())
     return dict(sorted(state.items()))

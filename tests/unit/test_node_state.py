@@ -69,7 +69,8 @@ m1 ssh-ed25519 AAAAm1
 EVERY_KEY = {
     "os.release", "os.kernel", "pkg.openmpi-bin", "pkg.openmpi-bin.hold", "driver.installed", "driver.loaded",
     "gpu.count", "cuda.version", "cuda.home", "cudnn.version", "cudnn.home", "nccl.version", "nccl.home",
-    "nccl.header", "mpi.path", "mpi.version", "env.python", "env.key", "env.lock", "env.files", "horovod.version",
+    "nccl.header", "mpi.path", "mpi.version", "env.python", "env.key", "env.lock", "env.files", "env.manifest",
+    "os.machine-id", "horovod.version",
     "horovod.record", "horovod.key", "horovod.checked", "mesh.authorized", "mesh.known_hosts", "mesh.ssh_config",
     "base.hosts", "base.ca"}
 
@@ -131,6 +132,9 @@ def node(tmp_path: Path) -> Path:
     make_dist(root, "filelock", "3.13.1", {"filelock/__init__.py": "from ._api import x\n",
                                            "filelock/_api.py": "x = 1\n"})
     make_dist(root, "cloudpickle", "3.0.0", {"cloudpickle/__init__.py": "version = '3.0.0'\n"})
+    write(root, SITE + "/cloudpickle/__pycache__/__init__.cpython-311.pyc", b"\xa7\r\r\n compiled")
+    # hvd_tree's manifest of the env as it was unpacked; Horovod is installed into it afterwards.
+    hvd_tree.write_manifest(str(root / PREFIX.lstrip("/")), {".hvdcluster", ".hvd-env-key"})
     make_dist(root, "Horovod", "0.28.1", {"horovod/__init__.py": "__version__ = '0.28.1'\n",
                                           "../../../bin/horovodrun": "#!python\n"})
     write(root, PREFIX + "/.hvd-horovod-key", "hvdkey456\n")
@@ -196,7 +200,8 @@ def test_an_empty_node_reads_absent_for_everything_asked(tmp_path: Path) -> None
 def test_a_missing_env_makes_every_env_item_absent(node: Path) -> None:
     state = look(node, env_prefix="/opt/hvd/other")
     env = {key: value for key, value in state.items() if key.startswith(("env.", "horovod."))}
-    assert set(env) == {"env.python", "env.key", "env.lock", "env.files", "horovod.version", "horovod.record",
+    assert set(env) == {"env.python", "env.key", "env.lock", "env.files", "env.manifest", "horovod.version",
+                        "horovod.record",
                         "horovod.key", "horovod.checked"}
     assert set(env.values()) == {"absent"}
 
@@ -280,10 +285,13 @@ def test_a_deleted_and_an_edited_file_show(node: Path) -> None:
                                        "changed: cloudpickle/__init__.py")
 
 
-def test_a_same_size_edit_needs_deep_without_a_manifest(node: Path) -> None:
-    (node / SITE.lstrip("/") / "filelock/_api.py").write_text("x = 2\n")
-    assert look(node)["env.files"] == "ok"
-    assert look(node, deep=True)["env.files"] == "changed: filelock/_api.py"
+def test_an_env_without_its_manifest_is_not_taken_as_installed(node: Path) -> None:
+    """With no manifest nothing says what belongs in the env: that is named, and RECORDs are still checked."""
+    (node / PREFIX.lstrip("/") / ".hvd-manifest").unlink()
+    (node / SITE.lstrip("/") / "filelock/_api.py").write_text("x = 2\n")  # same size: only deep sees it
+    assert look(node)["env.files"] == "missing: .hvd-manifest"
+    assert look(node, deep=True)["env.files"] == "missing: .hvd-manifest; changed: filelock/_api.py"
+    assert look(node)["env.manifest"] == "absent"
 
 
 def test_with_hvd_trees_manifest_a_same_size_edit_shows_by_its_time(node: Path) -> None:
@@ -306,10 +314,11 @@ def test_many_problems_are_cut_short(node: Path) -> None:
     for i in range(14):
         (node / SITE.lstrip("/") / f"many/m{i:02}.py").unlink()
     files = look(node)["env.files"]
-    assert files.startswith("missing: many/m00.py; ") and files.endswith("missing: many/m09.py; +4 more")
+    # 14 files its RECORD lists are missing; its METADATA and RECORD were added (2 more)
+    assert files.startswith("missing: many/m00.py; ") and files.endswith("missing: many/m09.py; +6 more")
 
 
-def test_another_version_of_a_distribution_changes_its_item_only(node: Path) -> None:
+def test_another_version_of_a_distribution_shows_in_its_item_and_in_the_files(node: Path) -> None:
     before = look(node)
     site = node / SITE.lstrip("/")
     for path in sorted(site.glob("filelock-*.dist-info/*")):
@@ -320,8 +329,54 @@ def test_another_version_of_a_distribution_changes_its_item_only(node: Path) -> 
     after = look(node)
     assert after["env.dist.filelock"].startswith("3.13.2 ")
     assert after["env.dist.filelock"] != before["env.dist.filelock"]
-    assert after["env.files"] == "ok"
-    assert {k for k in before if before[k] != after[k]} == {"env.dist.filelock"}
+    assert "missing: filelock-3.13.1.dist-info/RECORD" in after["env.files"]
+    assert "added: filelock-3.13.2.dist-info/METADATA" in after["env.files"]
+    assert {k for k in before if before[k] != after[k]} == {"env.dist.filelock", "env.files"}
+
+
+# One addition each that runs code in every rank (or shadows what was installed): none of them may pass as in sync.
+ADDITIONS = {
+    "a distribution": ("extra_pkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: extra-pkg\nVersion: 1.0\n"),
+    "a module": ("evil.py", "import os\n"),
+    "a .pth file": ("zz-hook.pth", "import os; os.system('true')\n"),
+    "sitecustomize": ("sitecustomize.py", "print('every interpreter start')\n"),
+    "usercustomize": ("usercustomize.py", "print('every interpreter start')\n"),
+    "a planted byte cache": ("filelock/__pycache__/_api.cpython-311.pyc", "\xa7\r\r\n planted"),
+    "a script": ("../../../bin/helper", "#!/bin/sh\n"),
+}
+
+
+@pytest.mark.parametrize("kind", list(ADDITIONS))
+def test_anything_added_to_the_env_is_named(node: Path, kind: str) -> None:
+    rel, text = ADDITIONS[kind]
+    before = look(node)
+    assert before["env.files"] == "ok"
+    write(node, os.path.normpath(os.path.join(SITE, rel)), text)
+    name = os.path.relpath(os.path.normpath(os.path.join(SITE, rel)), PREFIX) if rel.startswith("..") else rel
+    assert look(node)["env.files"] == f"added: {name}"
+
+
+def test_files_horovod_and_hvdcluster_put_there_later_are_not_additions(node: Path) -> None:
+    """Horovod's RECORD (byte caches without a hash included) and the markers account for what came after."""
+    write(node, SITE + "/horovod/__pycache__/x.cpython-311.pyc", b"compiled")  # listed by Horovod's RECORD
+    assert look(node)["env.files"] == "ok"
+    write(node, SITE + "/horovod/__pycache__/y.cpython-311.pyc", b"compiled")  # not listed
+    assert look(node)["env.files"] == "added: horovod/__pycache__/y.cpython-311.pyc"
+
+
+def test_the_manifest_digest_ignores_times_and_names_an_edited_manifest(node: Path) -> None:
+    prefix = node / PREFIX.lstrip("/")
+    before = look(node)
+    manifest = json.loads((prefix / ".hvd-manifest").read_text())
+    for entry in manifest.values():
+        if entry[0] != "link":
+            entry[1] += 1  # another node unpacked the same archive at another moment
+    (prefix / ".hvd-manifest").write_text(json.dumps(manifest))
+    assert look(node)["env.manifest"] == before["env.manifest"]
+    write(node, SITE + "/sitecustomize.py", "print('x')\n")
+    hvd_tree.write_manifest(str(prefix), {".hvdcluster", ".hvd-env-key"})  # the manifest made to vouch for it
+    after = look(node)
+    assert after["env.manifest"] != before["env.manifest"]
 
 
 def test_horovod_is_reported_apart_from_the_distributions(node: Path) -> None:
