@@ -208,14 +208,17 @@ FULL_VERIFY = {"hvd_verify_allreduce": "always", "hvd_horovod_gate_always": True
 
 def _tracked_run(root: Path, cluster: spec.ClusterSpec, console: Console, playbook: str, *,
                  limit: str | None = None, tags: str | None = None, check: bool = False, diff: bool = False,
-                 extravars: dict | None = None) -> tuple[Tracker, Any]:
-    """One playbook run with a live line per node; the tracker of what happened and ansible-runner's result."""
+                 extravars: dict | None = None, events: list[dict] | None = None) -> tuple[Tracker, Any]:
+    """One playbook run with a live line per node; the tracker of what happened and ansible-runner's result
+    (``events``, when given, receives every event: the nodes' read-back is among them)."""
     from .runner import run_playbook
 
     tracker = Tracker.for_hosts([h.name for h in cluster.hosts])
     console.update(tracker, set(tracker.hosts))
 
     def on_event(event: dict) -> None:
+        if events is not None:
+            events.append(event)
         console.update(tracker, tracker.handle(event))
 
     result = run_playbook(root, playbook, limit=limit, tags=tags, check=check, diff=diff, extravars=extravars,
@@ -223,18 +226,43 @@ def _tracked_run(root: Path, cluster: spec.ClusterSpec, console: Console, playbo
     return tracker, result
 
 
+def _close_loop(root: Path, cluster: spec.ClusterSpec, tracker: Tracker, events: list[dict],
+                desired: dict[str, dict | None], *, converged: list[str], records_current: bool) -> list[str]:
+    """The loop contract: every node the converge read back (site.yml's last play, the reader `check` uses) is held
+    against what it must be (drift.confirm); a node that is records it as its desired state, a node that is not is
+    marked not repaired. Returns one line per node and item that still differs."""
+    from . import drift, nodestate
+
+    found, _ = nodestate.collect(events)
+    names = [h.name for h in cluster.hosts]
+    scope = [n for n in names if n in found]
+    report = drift.confirm({n: desired.get(n) for n in scope}, {n: found[n] for n in scope},
+                           converged=converged, records_current=records_current, order=names)
+    for node in scope:
+        if node in report.drifted:
+            tracker.hosts[node].unrepaired = True
+        else:
+            nodestate.record(root, node, found[node])
+    return drift.unrepaired_lines(report)
+
+
 def _finish(args: argparse.Namespace, console: Console, cluster: spec.ClusterSpec, root: Path, tracker: Tracker,
-            result: Any, extra: dict | None = None) -> int:
+            result: Any, extra: dict | None = None, unrepaired: list[str] | None = None) -> int:
     console.summary(tracker, str(result.log))
+    if unrepaired:
+        console.write("Not repaired (read back after the converge with the reader `check` uses):")
+        for line in unrepaired:
+            console.write(f"  {line}")
     problem = _bastion_problem(cluster, root) if any(h.unreachable for h in tracker.hosts.values()) else ""
     if problem:
         console.write(f"nodes unreachable: {problem}")
     if args.json:
         dump_json(sys.stdout, {"cluster": cluster.cluster, "inventory": str(root), "rc": result.rc,
-                               "log": str(result.log), **tracker.as_dict(), **(extra or {})})
-    if tracker.ok and result.rc == 0:
+                               "log": str(result.log), **tracker.as_dict(), "not_repaired": list(unrepaired or []),
+                               **(extra or {})})
+    if tracker.ok and result.rc == 0 and not unrepaired:
         return EXIT_OK
-    if not tracker.failures:
+    if not tracker.failures and not unrepaired:
         console.write(f"ansible-playbook ended with rc {result.rc} ({result.status}): see {result.log}")
     return EXIT_FAILED
 
@@ -275,15 +303,27 @@ def _converge(args: argparse.Namespace, playbook: str, what: str, command: str) 
         mode = " (check mode: nothing is changed)" if check else ""
         console.step(3, 3, f"{what} playbooks/{playbook}{mode}")
         extravars = FULL_VERIFY if getattr(args, "verify", False) else None
-        if playbook == "site.yml" and not check:
+        converging = playbook == "site.yml" and not check
+        names = [h.name for h in cluster.hosts]
+        desired = nodestate.desired(root, names) if converging else {}
+        inputs = nodestate.inputs_digest(root) if converging else ""
+        # The records were made from these same inputs (`up --full` with nothing changed): hold the nodes to them.
+        records_current = converging and nodestate.recorded_inputs(root) == inputs
+        if converging:
             nodestate.forget_inputs(root)  # recorded again only when this run ends well: a run cut short never counts
+        events: list[dict] = []
         tracker, result = _tracked_run(root, cluster, console, playbook, limit=args.limit, tags=tags, check=check,
-                                       diff=getattr(args, "diff", False), extravars=extravars)
-        if playbook == "site.yml" and not check:
-            if tracker.ok and result.rc == 0 and not args.limit and not tags:
-                nodestate.record_inputs(root, nodestate.inputs_digest(root))  # the fast path's reference
-    extra = {"converged": [h for h, s in tracker.hosts.items() if s.ok or s.changed]} if playbook == "site.yml" else {}
-    return _finish(args, console, cluster, root, tracker, result, extra)
+                                       diff=getattr(args, "diff", False), extravars=extravars, events=events)
+        unrepaired: list[str] = []
+        if converging and not tags:
+            converged = [h for h, s in tracker.hosts.items() if s.ok or s.changed]
+            unrepaired = _close_loop(root, cluster, tracker, events, desired, converged=converged,
+                                     records_current=records_current)
+            if tracker.ok and result.rc == 0 and not args.limit and not unrepaired:
+                nodestate.record_inputs(root, inputs)  # the fast path's reference
+    extra = {"converged": [h for h, s in tracker.hosts.items() if (s.ok or s.changed) and not s.unrepaired]
+             } if playbook == "site.yml" else {}
+    return _finish(args, console, cluster, root, tracker, result, extra, unrepaired)
 
 
 def _fast_path(args: argparse.Namespace) -> int | None:
@@ -315,15 +355,13 @@ def _fast_path(args: argparse.Namespace) -> int | None:
         if reading.unreachable:
             return None
         report = drift.compare(want, reading.found, [])
-        drifted = [n for n in names if n in report.drifted]
-        if any(not d.role for n in drifted for d in report.drifted[n]):
-            console.write(drift.render(report))
-            console.write("a difference no role repairs (see above): converging every node")
-            return None
+        by_hand = {n: report.by_hand(n) for n in names if report.by_hand(n)}
+        drifted = [n for n in names if n in report.drifted and report.repair_roles(n)]
         fast = {"in_sync": [n for n in names if n not in report.drifted],
-                "repaired": {n: [d.item for d in report.drifted[n]] for n in drifted}, "read_seconds":
-                round(reading.seconds, 2)}
-        if not drifted:
+                "repaired": {n: [d.item for d in report.drifted[n] if d.role] for n in drifted},
+                "by_hand": {n: [d.item for d in diffs] for n, diffs in by_hand.items()},
+                "read_seconds": round(reading.seconds, 2)}
+        if not report.drifted:
             console.write(f"  {drift.render(report)}")
             console.write(f"every node is in its desired state (read in {reading.seconds:.1f} s): nothing to converge")
             if args.json:
@@ -333,9 +371,21 @@ def _fast_path(args: argparse.Namespace) -> int | None:
                                                              for n in names},
                                        "failures": [], "notices": {}, "preflight": {},
                                        "transfers": transfer_report([]), "fast_path": fast,
-                                       "converged": []})
+                                       "converged": [], "not_repaired": []})
             return EXIT_OK
         console.write(drift.render(report))
+        for node in drifted:
+            if any(d.item == drift.REINSTALLED for d in report.drifted[node]):
+                console.write(f"  {node}: reinstalled since its last converge ({drift.REINSTALLED} changed): the "
+                              "pre-flight and every role run on it, never a partial repair")
+        if not drifted:  # only what no role repairs: nothing to converge, and not in sync either
+            unrepairable = drift.unrepaired_lines(report)
+            for line in unrepairable:
+                console.write(f"not repaired: {line}")
+            if args.json:
+                dump_json(sys.stdout, {"cluster": cluster.cluster, "inventory": str(root), "rc": 1, "log": reading.log,
+                                       "ok": False, "fast_path": fast, "converged": [], "not_repaired": unrepairable})
+            return EXIT_FAILED
         order = drift.ROLES
         first = min(order.index(report.first_role(n)) for n in drifted)
         roles = order[first:]
@@ -344,11 +394,17 @@ def _fast_path(args: argparse.Namespace) -> int | None:
         inputs = nodestate.recorded_inputs(root)
         nodestate.forget_inputs(root)  # recorded again only when the repair and the proof end well
         # One run: the roles' plays take only the drifted nodes (hvd_targets); the post-flight takes every node.
+        events: list[dict] = []
         tracker, result = _tracked_run(root, cluster, console, "site.yml", tags=",".join([*roles, "hvd_state"]),
-                                       extravars={"hvd_targets": ",".join(drifted)})
-        if tracker.ok and result.rc == 0:
+                                       extravars={"hvd_targets": ",".join(drifted)}, events=events)
+        # The loop contract: the repaired nodes (and the others) read back against their records.
+        # What no role repairs is named there too ("no role repairs it").
+        unrepaired = _close_loop(root, cluster, tracker, events, want, converged=drifted, records_current=True)
+        if tracker.ok and result.rc == 0 and not unrepaired:
             nodestate.record_inputs(root, inputs)
-    return _finish(args, console, cluster, root, tracker, result, {"fast_path": fast, "converged": drifted})
+    return _finish(args, console, cluster, root, tracker, result,
+                   {"fast_path": fast, "converged": [n for n in drifted if not tracker.hosts[n].unrepaired]},
+                   unrepaired)
 
 
 def existing_inventory(args: argparse.Namespace, cluster: spec.ClusterSpec) -> Path:

@@ -43,7 +43,7 @@ NO_RECORD_NOTE = "no desired record: compared with peers"
 # Items that legitimately differ from node to node: held against the node's own record only.
 # What may differ between healthy nodes: compared with the node's own record only. horovod.checked is the stamp of
 # the check-build that passed on that node (its build key and its installed RECORD's modification time).
-PER_NODE_ITEMS = ("os.kernel", "driver.loaded", "horovod.checked")
+PER_NODE_ITEMS = ("os.kernel", "os.machine-id", "driver.loaded", "horovod.checked")
 PER_NODE_PREFIXES = ("gpu.",)
 
 # Items every node must share: a node whose own record is odd among its peers' records is reported.
@@ -51,7 +51,7 @@ PEER_ITEMS = ("mpi.version", "mpi.path", "cuda.version", "cudnn.version", "drive
 PEER_PREFIXES = ("env.", "horovod.", "nccl.", "pkg.")
 
 # What every rank of a job must share: `run` launches only when these are identical on all nodes.
-GATE_ITEMS = ("env.lock", "env.key", "horovod.version", "horovod.record", "horovod.key", "mpi.version",
+GATE_ITEMS = ("env.lock", "env.key", "env.manifest", "horovod.version", "horovod.record", "horovod.key", "mpi.version",
               "nccl.version", "nccl.header")
 GATE_PREFIXES = ("env.dist.",)
 
@@ -68,7 +68,11 @@ _PKG_OWNERS = (
     (("nvidia-", "libcuda", "libnvidia", "firmware-nvidia"), "hvd_nvidia_driver"),
 )
 
+# A node whose machine-id changed was reinstalled: the pre-flight and every role after it, never a partial repair.
+REINSTALLED = "os.machine-id"
+
 _PREFIX_OWNERS = (
+    (REINSTALLED, "hvd_preflight"),
     ("os.", ""),
     ("driver.", "hvd_nvidia_driver"),
     ("gpu.", "hvd_nvidia_driver"),
@@ -256,6 +260,70 @@ def compare(
         else:
             report.in_sync.append(node)
     return report
+
+
+NOT_REPAIRED = "still differs after the converge"
+UNREPAIRABLE = "no role repairs it"
+
+# Items whose value alone says the node is not as installed, whatever its record or its peers say.
+SELF_EVIDENT = {"env.files": ("ok", ABSENT)}
+
+
+def confirm(
+    desired: Mapping[str, Mapping[str, Any] | None],
+    found: Mapping[str, Mapping[str, Any] | None],
+    *,
+    converged: Iterable[str],
+    records_current: bool,
+    unreachable: Iterable[str] = (),
+    order: Sequence[str] | None = None,
+) -> Report:
+    """The loop contract after a converge: every node read back (``found``, by the reader `check` uses) is held
+    against what it must be; what still differs is named, never recorded and never reported up to date.
+
+    ``records_current``: the records in ``desired`` were made from the same inputs as this converge (a fast-path
+    repair, or ``up --full`` with nothing changed): each node is held against its record, less the per-node
+    items of the nodes in ``converged`` (a repair may rewrite them: the Horovod gate's stamp, a reinstalled
+    node's machine-id). Otherwise (the inputs changed) the records say nothing about the new state: each node is
+    held against its peers' new state. Either way a node whose env holds anything but what was installed
+    (:data:`SELF_EVIDENT`) differs, even when every node differs alike.
+    """
+    converged = set(converged)
+    if records_current:
+        want: dict[str, Mapping[str, Any] | None] = {}
+        for node, record in desired.items():
+            now = found.get(node)
+            if record is not None and node in converged and now is not None:
+                record = {**record, **{k: v for k, v in now.items() if _is_per_node(k)}}
+                record = {k: v for k, v in record.items() if not _is_per_node(k) or k in now}
+            want[node] = record
+        report = compare(want, found, unreachable, order)
+    else:
+        report = compare({}, found, unreachable, order)
+    for node in list(report.nodes):
+        now = found.get(node)
+        if now is None or node in report.unreachable:
+            continue
+        extra = [Difference(node, item, allowed[0], _get(now, item), owner(item), NOT_REPAIRED)
+                 for item, allowed in SELF_EVIDENT.items()
+                 if _get(now, item) not in allowed
+                 and not any(d.item == item for d in report.drifted.get(node, []))]
+        if extra:
+            report.drifted.setdefault(node, []).extend(extra)
+            if node in report.in_sync:
+                report.in_sync.remove(node)
+    return report
+
+
+def unrepaired_lines(report: Report) -> list[str]:
+    """One line per node and item that still differs: what was expected and found, and which role failed to repair
+    it (or that no role repairs it)."""
+    lines = []
+    for node in report.nodes:
+        for d in sorted(report.drifted.get(node, []), key=lambda d: d.item):
+            why = f"{d.role} did not repair it" if d.role else UNREPAIRABLE
+            lines.append(f"{node}: {d.item}: expected {_show(d.expected)}, found {_show(d.found)} ({why})")
+    return lines
 
 
 def fold(nodes: Iterable[str]) -> str:

@@ -3,8 +3,9 @@
 - ``read(root, limit)`` runs playbooks/state.yml in check mode (one read-only module call per node, no sudo) and
   collects each node's answer from the run's events.
 - ``desired(root, hosts)`` loads what the last successful converge recorded: ``<root>/state/<node>.json``, written
-  by the last play of site.yml. A record that is missing or unreadable is None: the node is then judged by its
-  peers.
+  by ``record`` once ``up`` has read the node back at the end of site.yml (the last play) and found it to be what
+  it must be (drift.confirm): a converge never records a node's deviations. A record that is missing or
+  unreadable is None: the node is then judged by its peers.
 - ``inputs_digest(root)`` covers everything a converge depends on (the inventory files, hvdcluster's own Ansible
   content and version); ``up`` records it after a full successful converge and takes the fast path only while it
   is unchanged.
@@ -99,6 +100,20 @@ def desired(root: Path, hosts: Iterable[str]) -> dict[str, dict[str, Any] | None
         except (OSError, ValueError, KeyError, AttributeError):
             out[host] = None
     return out
+
+
+def record(root: Path, host: str, state: dict[str, Any]) -> None:
+    """``host``'s desired state, as read back after a converge that left it as it must be (atomic, 0600)."""
+    import datetime
+
+    folder = state_dir(root)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    part = folder / f".{host}.json.part-{os.getpid()}"
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        recorded = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        handle.write(json.dumps({"state": state, "recorded": recorded}, indent=4, sort_keys=True) + "\n")
+    os.replace(part, folder / f"{host}.json")
 
 
 def _digest_tree(digest: Any, folder: Path, label: str) -> None:

@@ -42,6 +42,8 @@ class HostState:
     started: bool = False
     done: bool = False
     failure: Failure | None = None
+    # Read back after the converge, it still differs from what it must be (the loop contract, cli._close_loop).
+    unrepaired: bool = False
 
     @property
     def status(self) -> str:
@@ -49,6 +51,8 @@ class HostState:
             return "unreachable"
         if self.failed:
             return "failed"
+        if self.unrepaired:
+            return "not-repaired"
         if not self.done:
             return f"converging {self.role}".strip() if self.started else WAITING
         return "changed" if self.changed else "up-to-date"
@@ -180,7 +184,7 @@ class Tracker:
 
     @property
     def ok(self) -> bool:
-        return self.finished and not any(h.failed or h.unreachable for h in self.hosts.values())
+        return self.finished and not any(h.failed or h.unreachable or h.unrepaired for h in self.hosts.values())
 
     def as_dict(self) -> dict[str, Any]:
         return {

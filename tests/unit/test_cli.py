@@ -368,7 +368,7 @@ def test_the_run_holds_the_lock_while_ansible_runs(hosts: Path, tmp_path: Path, 
 
 SHARED = {"env.dist.torch": "2.13.0 aaaa", "env.lock": "l1", "env.key": "k1", "horovod.version": "0.28.1",
           "horovod.record": "r1", "horovod.key": "h1", "mpi.version": "4.1.4", "nccl.version": "absent",
-          "nccl.header": "absent", "os.release": "debian 12", "os.kernel": "6.1"}
+          "nccl.header": "absent", "os.release": "debian 12", "os.kernel": "6.1", "env.files": "ok"}
 
 
 def fake_reading(monkeypatch: pytest.MonkeyPatch, found: dict, unreachable: dict | None = None) -> list:
@@ -450,15 +450,21 @@ def test_check_without_an_inventory_or_with_an_unknown_host_exits_2(hosts: Path,
 
 
 class FakeRun:
-    """Stands in for ansible-runner's run: records what `up` asked for and reports every node fine."""
+    """Stands in for ansible-runner's run (no node here): records what `up` asked for, reports every node fine and
+    hands back, as the run's events, the read-back of site.yml's last play (``after``: node -> state)."""
 
     def __init__(self) -> None:
         self.calls: list[dict] = []
+        self.after: dict[str, dict] = {}
 
-    def __call__(self, root, cluster, console, playbook, **kw):
+    def __call__(self, root, cluster, console, playbook, events=None, **kw):
+        from hvdcluster import nodestate
         from hvdcluster.progress import Tracker
 
         self.calls.append({"playbook": playbook, **kw})
+        for node, state in self.after.items():
+            (events if events is not None else []).append({"event": "runner_on_ok", "event_data": {
+                "host": node, "task": nodestate.STATE_TASK, "res": {"state": state}}})
         tracker = Tracker.for_hosts([h.name for h in cluster.hosts])
         tracker.finished = True
         return tracker, type("Result", (), {"rc": 0, "log": root / "log", "status": "successful"})()
@@ -494,12 +500,60 @@ def test_up_repairs_a_drifted_node_from_the_first_role_that_owns_its_drift(hosts
     capsys.readouterr()
     assert cli.main(["up", str(hosts), "-o", str(rendered), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["fast_path"] == {"in_sync": ["gpu01"], "repaired": {"gpu02": ["horovod.record"]}, "read_seconds": 0.1}
+    assert doc["fast_path"] == {"in_sync": ["gpu01"], "repaired": {"gpu02": ["horovod.record"]}, "by_hand": {},
+                                "read_seconds": 0.1}
     assert recorded.calls == [{"playbook": "site.yml", "tags": "hvd_horovod,hvd_verify,hvd_state",
                                "extravars": {"hvd_targets": "gpu02"}}]
 
 
-@pytest.mark.parametrize("why", ["inputs", "record", "unreachable", "by-hand", "full"])
+def test_up_fails_naming_what_its_repair_left_and_records_only_what_is_as_it_must_be(
+        hosts, rendered, recorded, monkeypatch, capsys) -> None:
+    """The loop contract: the repair's own read-back still shows the drift, so `up` never reports it repaired."""
+    from hvdcluster import nodestate
+
+    root = rendered / "c1"
+    drifted = {**SHARED, "env.dist.extra-pkg": "1.0 x"}
+    fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": drifted})
+    recorded.after = {"gpu01": dict(SHARED), "gpu02": drifted}  # the role ran, the extra distribution stayed
+    capsys.readouterr()
+    assert cli.main(["up", str(hosts), "-o", str(rendered), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["not_repaired"] == ["gpu02: env.dist.extra-pkg: expected absent, found 1.0 x (hvd_pyenv did not "
+                                   "repair it)"]
+    assert doc["hosts"]["gpu02"]["status"] == "not-repaired" and doc["converged"] == [] and not doc["ok"]
+    assert nodestate.desired(root, ["gpu02"]) == {"gpu02": SHARED}  # the drift never became the desired state
+    assert nodestate.recorded_inputs(root) == ""  # the next up looks at every node again
+    recorded.after = {"gpu01": dict(SHARED), "gpu02": dict(SHARED)}
+    assert cli.main(["up", str(hosts), "-o", str(rendered), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["not_repaired"] == []
+
+
+def test_a_full_converge_never_records_a_nodes_deviation(hosts, rendered, recorded, monkeypatch, capsys) -> None:
+    """`up --full` with the same inputs holds every node to its record; a deviation the roles left is named and
+    not recorded (it was: the record took whatever the node reported)."""
+    from hvdcluster import nodestate
+
+    root = rendered / "c1"
+    monkeypatch.setattr(cli, "_tracked_run", recorded)
+    recorded.after = {"gpu01": dict(SHARED), "gpu02": {**SHARED, "env.files": "added: sitecustomize.py"}}
+    capsys.readouterr()
+    assert cli.main(["up", str(hosts), "-o", str(rendered), "--full", "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["not_repaired"] == ["gpu02: env.files: expected ok, found added: sitecustomize.py (hvd_pyenv did not "
+                                   "repair it)"]
+    assert nodestate.desired(root, ["gpu01", "gpu02"]) == {"gpu01": SHARED, "gpu02": SHARED}
+
+
+def test_what_no_role_repairs_is_named_and_not_converged(hosts, rendered, recorded, monkeypatch, capsys) -> None:
+    fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": {**SHARED, "os.release": "debian 13"}})
+    capsys.readouterr()
+    assert cli.main(["up", str(hosts), "-o", str(rendered)]) == 1
+    out = capsys.readouterr().out
+    assert "not repaired: gpu02: os.release: expected debian 12, found debian 13 (no role repairs it)" in out
+    assert recorded.calls == []
+
+
+@pytest.mark.parametrize("why", ["inputs", "record", "unreachable", "full"])
 def test_up_converges_every_node_when_the_fast_path_cannot_be_trusted(hosts, rendered, recorded, monkeypatch,
                                                                       why: str) -> None:
     from hvdcluster import nodestate
@@ -512,8 +566,6 @@ def test_up_converges_every_node_when_the_fast_path_cannot_be_trusted(hosts, ren
         (root / "state" / "gpu02.json").unlink()
     elif why == "unreachable":
         unreachable = {"gpu02": "unreachable: no route"}
-    elif why == "by-hand":
-        found["gpu02"] = {**SHARED, "os.kernel": "6.2"}
     else:
         argv = ["--full"]
     fake_reading(monkeypatch, found, unreachable)

@@ -336,3 +336,55 @@ def test_the_check_build_stamp_of_each_node_is_its_own_and_never_compared_with_p
     moved = {**states["node2"], "horovod.checked": "key other"}
     assert [d.item for d in drift.compare(states, {"node1": states["node1"], "node2": moved}, []).drifted["node2"]] == [
         "horovod.checked"]
+
+
+# ------------------------------------------------------------------------------------------ the loop contract
+
+
+def test_a_repair_that_left_the_drift_is_named_with_the_role_that_failed():
+    desired = nodes(NODES3)
+    after = nodes(NODES3)
+    after["node2"]["env.dist.extra-pkg"] = "1.0 abc"
+    report = drift.confirm(desired, after, converged=["node2"], records_current=True, order=NODES3)
+    assert report.in_sync == ["node1", "node3"] and list(report.drifted) == ["node2"]
+    assert drift.unrepaired_lines(report) == [
+        'node2: env.dist.extra-pkg: expected absent, found 1.0 abc (hvd_pyenv did not repair it)']
+
+
+def test_a_repair_may_rewrite_the_per_node_stamps_of_the_nodes_it_converged_only():
+    desired = nodes(NODES3, **{"os.machine-id": "m1"})
+    after = nodes(NODES3, **{"os.machine-id": "m1"})
+    after["node2"].update({"horovod.checked": "new stamp", "os.machine-id": "m2"})
+    assert drift.confirm(desired, after, converged=["node2"], records_current=True).drifted == {}
+    after["node3"]["horovod.checked"] = "new stamp"  # node3 was not converged: its stamp must not move
+    report = drift.confirm(desired, after, converged=["node2"], records_current=True)
+    assert list(report.drifted) == ["node3"]
+
+
+def test_after_changed_inputs_nodes_are_held_against_their_peers_not_their_old_records():
+    desired = nodes(NODES3)
+    after = nodes(NODES3, **{"env.lock": "n" * 16})  # a new env everywhere: not drift
+    assert drift.confirm(desired, after, converged=NODES3, records_current=False).drifted == {}
+    after["node3"]["os.release"] = "debian 13"  # what no role changes, odd among the peers
+    report = drift.confirm(desired, after, converged=NODES3, records_current=False, order=NODES3)
+    assert drift.unrepaired_lines(report) == [
+        "node3: os.release: expected debian 12, found debian 13 (no role repairs it)"]
+
+
+def test_an_env_holding_anything_added_is_never_accepted_even_when_every_node_has_it():
+    after = nodes(NODES3, **{"env.files": "added: sitecustomize.py"})
+    for current in (True, False):
+        report = drift.confirm(nodes(NODES3, **{"env.files": "added: sitecustomize.py"}), after, converged=NODES3,
+                               records_current=current, order=NODES3)
+        assert list(report.drifted) == NODES3
+        assert drift.unrepaired_lines(report)[0] == (
+            "node1: env.files: expected ok, found added: sitecustomize.py (hvd_pyenv did not repair it)")
+
+
+def test_a_reinstalled_node_is_converged_from_the_pre_flight():
+    assert owner("os.machine-id") == "hvd_preflight" and owner("os.release") == ""
+    desired = nodes(NODES3, **{"os.machine-id": "m1"})
+    found = nodes(NODES3, **{"os.machine-id": "m1"})
+    found["node2"]["os.machine-id"] = "m2"
+    report = compare(desired, found)
+    assert report.first_role("node2") == "hvd_preflight"
