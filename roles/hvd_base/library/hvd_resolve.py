@@ -1,27 +1,44 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-"""Resolve names to addresses the way this node sees them (read-only)."""
+"""Resolve names to addresses the way this node sees them (read-only), never through hvdcluster's own lines."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: hvd_resolve
-short_description: Resolve host names to IP addresses on the managed node
+short_description: Resolve host names to IP addresses on the managed node, not through hvdcluster's /etc/hosts block
 description:
-  - Looks each name up with the node's own resolver (/etc/hosts, DNS), preferring IPv4.
-  - An IP address resolves to itself. Changes nothing; supports check mode.
+  - An IP address resolves to itself.
+  - A name is looked up in the node's /etc/hosts outside every block hvdcluster manages (its own lines there are
+    what it wrote, not the truth), then in DNS as an absolute name (a trailing dot - the files source of the name
+    service never matches it, so the block is bypassed), then with each search domain of /etc/resolv.conf.
+    Only where none of those answers, and the name is not in hvdcluster's block, is the node's full resolver asked
+    (other name services).
+  - Prefers IPv4. Changes nothing; supports check mode.
 options:
   names:
     description: Names or addresses to resolve.
     type: list
     elements: str
     required: true
+  hosts_file:
+    description: The hosts file to read (tests only).
+    type: path
+    default: /etc/hosts
+  resolv_conf:
+    description: The resolver's configuration, for its search domains (tests only).
+    type: path
+    default: /etc/resolv.conf
 author: hvdcluster
 """
 
 RETURN = r"""
 addresses:
   description: Name -> IP address.
+  type: dict
+  returned: success
+sources:
+  description: Name -> where its address came from (address, hosts, dns, search, resolver).
   type: dict
   returned: success
 """
@@ -31,28 +48,101 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 
+OURS = "hvdcluster "  # the blocks hvdcluster writes: '# BEGIN hvdcluster <cluster> ...' / '# END hvdcluster ...'
 
-def resolve(name: str) -> str | None:
+
+def read_lines(path: str) -> list[str]:
     try:
-        return str(ipaddress.ip_address(name))
-    except ValueError:
-        pass
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read().splitlines()
+    except OSError:
+        return []
+
+
+def hosts_entries(path: str, ours: bool = False) -> dict[str, list[str]]:
+    """Name (lower case) -> its addresses in the hosts file, in file order: hvdcluster's blocks left out (``ours``:
+    only those)."""
+    found: dict[str, list[str]] = {}
+    inside = False
+    for line in read_lines(path):
+        mark = line.strip()
+        if mark.startswith("# BEGIN " + OURS):
+            inside = True
+            continue
+        if mark.startswith("# END " + OURS):
+            inside = False
+            continue
+        fields = line.split("#", 1)[0].split()
+        if inside != ours or len(fields) < 2:
+            continue
+        try:
+            address = str(ipaddress.ip_address(fields[0]))
+        except ValueError:
+            continue
+        for name in fields[1:]:
+            found.setdefault(name.lower(), []).append(address)
+    return found
+
+
+def search_domains(path: str) -> list[str]:
+    domains: list[str] = []
+    for line in read_lines(path):
+        fields = line.split()
+        if fields and fields[0] in ("search", "domain"):
+            domains = [d.strip(".") for d in fields[1:] if d.strip(".")]
+    return domains
+
+
+def ask(name: str) -> str | None:
     for family in (socket.AF_INET, socket.AF_UNSPEC):
         try:
             infos = socket.getaddrinfo(name, None, family, socket.SOCK_STREAM)
-        except socket.gaierror:
+        except (socket.gaierror, UnicodeError):
             continue
         if infos:
             return infos[0][4][0]
     return None
 
 
+def prefer_v4(addresses: list[str]) -> str:
+    return next((a for a in addresses if ipaddress.ip_address(a).version == 4), addresses[0])
+
+
+def resolve(name: str, hosts_file: str = "/etc/hosts", resolv_conf: str = "/etc/resolv.conf") -> tuple[str | None, str]:
+    """(address, source) of ``name``; (None, "") when nothing answers."""
+    try:
+        return str(ipaddress.ip_address(name)), "address"
+    except ValueError:
+        pass
+    listed = hosts_entries(hosts_file).get(name.lower().rstrip("."))
+    if listed:
+        return prefer_v4(listed), "hosts"
+    absolute = name.rstrip(".") + "."
+    found = ask(absolute)
+    if found:
+        return found, "dns"
+    if "." not in name.rstrip("."):
+        for domain in search_domains(resolv_conf):
+            found = ask(f"{name}.{domain}.")
+            if found:
+                return found, "search"
+    if name.lower().rstrip(".") in hosts_entries(hosts_file, ours=True):
+        return None, ""  # the full resolver would answer from our own block: what we wrote is not the truth
+    found = ask(name)
+    return (found, "resolver") if found else (None, "")
+
+
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={"names": {"type": "list", "elements": "str", "required": True}},
+        argument_spec={"names": {"type": "list", "elements": "str", "required": True},
+                       "hosts_file": {"type": "path", "default": "/etc/hosts"},
+                       "resolv_conf": {"type": "path", "default": "/etc/resolv.conf"}},
         supports_check_mode=True,
     )
-    addresses = {name: resolve(name) for name in module.params["names"]}
+    p = module.params
+    answers = {name: resolve(name, p["hosts_file"], p["resolv_conf"]) for name in p["names"]}
+    addresses = {name: answer[0] for name, answer in answers.items()}
+    sources = {name: answer[1] for name, answer in answers.items()}
     missing = sorted(name for name, ip in addresses.items() if ip is None)
     if missing:
         module.fail_json(
@@ -60,7 +150,7 @@ def main() -> None:
             "or make the name resolvable (DNS or /etc/hosts)" % ", ".join(missing),
             addresses=addresses,
         )
-    module.exit_json(changed=False, addresses=addresses)
+    module.exit_json(changed=False, addresses=addresses, sources=sources)
 
 
 if __name__ == "__main__":
