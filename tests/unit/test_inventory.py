@@ -56,12 +56,8 @@ def rendered_files(root: Path) -> dict[str, str]:
 
 def test_rendered_inventory_matches_expected_files(cluster: spec.ClusterSpec, tmp_path: Path) -> None:
     root = inventory.render(cluster, tmp_path / "inventories", compat.resolve(cluster.stack))
-    got = {name: text.replace(str(tmp_path), "<tmp>") for name, text in rendered_files(root).items()}
-    if os.environ.get("HVD_REGENERATE_EXPECTED"):
-        shutil.rmtree(EXPECTED / "lab-a", ignore_errors=True)
-        for name, text in got.items():
-            (EXPECTED / "lab-a" / name).parent.mkdir(parents=True, exist_ok=True)
-            (EXPECTED / "lab-a" / name).write_text(text)
+    got = {name: text.replace(os.path.realpath(tmp_path), "<tmp>") for name, text in rendered_files(root).items()}
+    # The expected files are written by hand (a change to them is reviewed as a diff), never by the code under test.
     assert got == rendered_files(EXPECTED / "lab-a")
 
 
@@ -288,3 +284,54 @@ def test_a_bastion_is_pinned_by_its_own_key_and_every_connection_goes_through_it
     assert proxy == ("ProxyCommand=ssh -W %h:%p -p 2222 -o BatchMode=yes -o StrictHostKeyChecking=yes "
                      f"-o UserKnownHostsFile={root}/ssh/bastion_known_hosts -i {key} ops@bastion.example.org")
     assert argv[-1] == "ops@10.0.0.1"
+
+
+def test_the_same_hosts_yaml_gives_the_same_inventory_and_inputs_digest_however_it_is_reached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From its own folder, from the folder above, by an absolute path through a symlinked folder and by a relative
+    path through that link: the inventory files and the inputs digest (up's fast path) are the same."""
+    from hvdcluster import nodestate
+
+    site = tmp_path / "site"
+    (site / "keys").mkdir(parents=True)
+    (site / "wheels").mkdir()
+    shutil.copy(FIXTURES / "id_test", site / "keys" / "id_test")
+    shutil.copy(FIXTURES / "ca.pem", site / "corp-ca.pem")
+    (site / "hosts.yaml").write_text(HOSTS.replace("network: {", "network: {wheelhouse: ./wheels, "))
+    (tmp_path / "link").symlink_to(site, target_is_directory=True)
+    (tmp_path / "elsewhere").mkdir()
+    plan = compat.resolve(spec.load(site / "hosts.yaml").stack)
+    ways = [(site, "hosts.yaml"), (tmp_path, "site/hosts.yaml"), (Path("/"), str(tmp_path / "link" / "hosts.yaml")),
+            (tmp_path / "elsewhere", "../link/./hosts.yaml")]
+    renders, digests = [], []
+    for number, (cwd, path) in enumerate(ways):
+        monkeypatch.chdir(cwd)
+        root = inventory.render(spec.load(path), tmp_path / f"out{number}", plan)
+        renders.append(rendered_files(root))
+        digests.append(nodestate.inputs_digest(root))
+    assert all(files == renders[0] for files in renders[1:])
+    assert len(set(digests)) == 1
+    text = "".join(renders[0].values())
+    assert "from hosts.yaml." in text and "site/hosts.yaml" not in text and "link" not in text
+    real = os.path.realpath(site)
+    assert f"{real}/corp-ca.pem" in text and f"{real}/keys/id_test" in text and f"{real}/wheels" in text
+
+
+def test_the_inputs_digest_follows_what_the_inventory_says_not_its_comments(cluster: spec.ClusterSpec,
+                                                                            tmp_path: Path) -> None:
+    from hvdcluster import nodestate
+
+    root = inventory.render(cluster, tmp_path / "inventories")
+    before = nodestate.inputs_digest(root)
+    ssh_yml = root / "group_vars" / "all" / "ssh.yml"
+    ssh_yml.write_text("# a note of the operator's\n" + ssh_yml.read_text().replace("ansible_user: ubuntu",
+                                                                                      "ansible_user: 'ubuntu'"))
+    assert nodestate.inputs_digest(root) == before
+    ssh_yml.write_text(ssh_yml.read_text().replace("ansible_user: 'ubuntu'", "ansible_user: admin"))
+    assert nodestate.inputs_digest(root) != before
+    inventory.render(cluster, tmp_path / "inventories")
+    assert nodestate.inputs_digest(root) == before
+    text = (root / "group_vars" / "all" / "network.yml").read_text()
+    (root / "group_vars" / "all" / "network.yml").write_text(text.replace("!unsafe 'http", "'http"))
+    assert nodestate.inputs_digest(root) != before  # the !unsafe tag is meaning: Ansible treats the value otherwise
