@@ -118,6 +118,27 @@ DRIFTS = {
     "hosts-block-edited": ("grep -v ' node3 ' /etc/hosts > /root/hosts.new && ! cmp -s /etc/hosts /root/hosts.new "
                            "&& cat /root/hosts.new > /etc/hosts", "base.hosts", "hvd_base"),
     "ca-bundle-removed": ("rm -f /usr/local/share/ca-certificates/hvdcluster*.crt", "base.ca", "hvd_base"),
+    # Additions: what runs in every rank without being part of what was installed.
+    "env-distribution-added": (f"mkdir -p {SITE}/extra_pkg-1.0.dist-info && printf 'Metadata-Version: 2.1\\nName: "
+                               f"extra-pkg\\nVersion: 1.0\\n' > {SITE}/extra_pkg-1.0.dist-info/METADATA",
+                               "env.dist.extra-pkg", "hvd_pyenv"),
+    "env-module-added": (f"echo 'import os' > {SITE}/evil.py", "env.files", "hvd_pyenv"),
+    "env-pth-added": (f"echo 'import os' > {SITE}/zz-hook.pth", "env.files", "hvd_pyenv"),
+    "env-sitecustomize-added": (f"echo 'print(1)' > {SITE}/sitecustomize.py", "env.files", "hvd_pyenv"),
+    "env-byte-cache-planted": (f"cd {SITE}/psutil/__pycache__ && a=$(ls | head -1) && b=$(ls | sed -n 2p) "
+                               "&& cp \"$b\" \"$a\"", "env.files", "hvd_pyenv"),
+    "env-pyvenv-edited": ("echo 'include-system-site-packages = true' >> /opt/hvd/env/pyvenv.cfg", "env.files",
+                          "hvd_pyenv"),
+    # A wrong address for node3 in our block (its fabric address is a DNS name): resolved again without the block.
+    "hosts-block-wrong-ip": ("sed 's/^[0-9.]* node3 /10.99.99.99 node3 /' /etc/hosts > /root/hosts.new "
+                             "&& ! cmp -s /etc/hosts /root/hosts.new && cat /root/hosts.new > /etc/hosts",
+                             "base.hosts", "hvd_base"),
+    "ssh-config-block-edited": (f"f=/home/{SUDO_USER}/.ssh/config && awk '{{print}} /# BEGIN hvdcluster ct3/ "
+                                "{print \"    ProxyCommand nc elsewhere 22\"}' $f > /root/c.new && ! cmp -s $f "
+                                "/root/c.new && cat /root/c.new > $f", "mesh.ssh_config", "hvd_ssh_mesh"),
+    # The node was reinstalled (another machine-id): the pre-flight and every role, not a partial repair.
+    "node-reinstalled": ("cp /etc/machine-id /root/machine-id.old 2>/dev/null; "
+                         "echo 0123456789abcdef0123456789abcdef > /etc/machine-id", "os.machine-id", "hvd_preflight"),
 }
 
 # A wheel named like the installed Horovod but built otherwise (here: another file set): what a node gets when
@@ -154,11 +175,58 @@ def test_drift_on_one_node_is_named_by_check_and_repaired_by_up_leaving_the_othe
     others = [node_files(lab3, i) for i in (1, 3)]
     rc, up, err = hvd.up_json()
     assert rc == 0, err[-4000:]
+    assert up["not_repaired"] == [] and up["hosts"]["node2"]["status"] != "not-repaired"
     assert up["fast_path"]["in_sync"] == ["node1", "node3"] and up["converged"] == ["node2"], up.get("fast_path")
     assert up["hosts"]["node1"]["changed"] == 0 and up["hosts"]["node3"]["changed"] == 0
     assert [node_files(lab3, i) for i in (1, 3)] == others
     rc, doc = check_json(hvd)
     assert rc == 0 and doc["drifted"] == {}, doc
+
+
+def test_the_drift_corpus_covers_every_kind_the_issue_names() -> None:
+    assert len(DRIFTS) >= 20
+    assert {"env.dist.extra-pkg", "env.files", "base.hosts", "mesh.ssh_config", "os.machine-id"} <= {
+        item for _, item, _ in DRIFTS.values()}
+
+
+def test_what_no_role_repairs_is_named_by_check_and_by_up_and_never_recorded(hvd, lab3: Lab) -> None:
+    """Another OS release on node2 (its os-release rewritten): check names it 'by hand', up exits 1 naming it as
+    something no role repairs (it used to converge every node and record the new release as desired)."""
+    inventory = lab3.workdir / "inventories" / "ct3" / "state"
+    before = (inventory / "node2.json").read_text()
+    done = lab3.exec(2, "sh", "-c", "cp -P /etc/os-release /root/os-release.saved && "
+                                    "sed 's/^VERSION_ID=.*/VERSION_ID=\"13\"/' /usr/lib/os-release > /root/osr "
+                                    "&& rm /etc/os-release && cp /root/osr /etc/os-release")
+    assert done.returncode == 0, done.stderr
+    try:
+        rc, doc = check_json(hvd)
+        assert rc == 1 and [d["item"] for d in doc["drifted"]["node2"]] == ["os.release"], doc
+        assert doc["drifted"]["node2"][0]["role"] == ""
+        for args in ((), ("--full",)):
+            rc, up, err = hvd.up_json(*args)
+            assert rc == 1, err[-3000:]
+            assert any(line.startswith("node2: os.release:") and "no role repairs it" in line
+                       for line in up["not_repaired"]), up.get("not_repaired")
+        assert (inventory / "node2.json").read_text() == before
+    finally:
+        lab3.exec(2, "sh", "-c", "rm -f /etc/os-release && cp -P /root/os-release.saved /etc/os-release")
+    rc, doc = check_json(hvd)
+    assert rc == 0, doc
+
+
+def test_the_same_up_from_another_folder_and_through_a_symlink_takes_the_fast_path(hvd, lab3: Lab, tmp_path) -> None:
+    """The inputs digest is the hosts.yaml's meaning, not the path it was typed as."""
+    (tmp_path / "link").symlink_to(lab3.workdir)
+    for hosts, output in ((lab3.workdir / "hosts.yaml", lab3.workdir / "inventories"),
+                          (tmp_path / "link" / "hosts.yaml", tmp_path / "link" / "inventories"),
+                          ("../link/hosts.yaml", "../link/inventories")):
+        cwd = tmp_path / "elsewhere"
+        cwd.mkdir(exist_ok=True)
+        proc = subprocess.run([str(hvd.bin / "hvdcluster"), "up", str(hosts), "-o", str(output), "--json"], cwd=cwd,
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        doc = json.loads(proc.stdout)
+        assert doc.get("fast_path", {}).get("in_sync") == ["node1", "node2", "node3"], (hosts, doc.get("fast_path"))
 
 
 def test_run_refuses_a_cluster_with_one_drifted_env_naming_the_node(hvd, lab3: Lab) -> None:
