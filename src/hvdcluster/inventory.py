@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -368,16 +369,43 @@ def render(spec: ClusterSpec, out_dir: str | os.PathLike[str], plan: Plan | None
     hosts_doc = {"all": {"children": {GROUP: {"hosts": data_only(host_vars(spec))}}}}
     _write(root / "hosts.yml", _header(spec, "Nodes") + "---\n" + HOST_VAR_DOC + _dump(hosts_doc))
     for name, mapping in group_vars(spec, plan).items():
-        _write(root / "group_vars" / "all" / name, _header(spec, GROUP_VAR_TITLES[name]) + "---\n" + _commented(mapping))
+        _write(root / "group_vars" / "all" / name, _header(spec, GROUP_VAR_TITLES[name]) + "---\n" + _commented(mapping),
+               private=name in PRIVATE_FILES)
     return root
 
 
-def _write(path: Path, text: str) -> None:
-    if path.exists() and path.read_text() == text:
+# Files that can carry credentials (a proxy or index URL with a user and password, an Open MPI or installer URL with a
+# token): readable by their owner only.
+PRIVATE_FILES = ("network.yml", "stack.yml")
+
+
+def _write(path: Path, text: str, private: bool = False) -> None:
+    """Write ``text`` to ``path`` atomically: a new file beside it, then a rename, so a reader sees the old file or the
+    new one, never a part. ``private``: mode 0600 from the moment the file exists, whatever the umask (else the
+    umask's 0666)."""
+    mode = 0o600 if private else 0o666
+    if path.is_file() and not path.is_symlink() and path.read_text() == text:
+        if private and path.stat().st_mode & 0o077:
+            os.chmod(path, 0o600)
         return
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    while True:
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), mode)
+            break
+        except FileExistsError:
+            continue
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            if private:
+                os.fchmod(fh.fileno(), 0o600)
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def read(path: str | os.PathLike[str]) -> Inventory:

@@ -335,3 +335,46 @@ def test_the_inputs_digest_follows_what_the_inventory_says_not_its_comments(clus
     text = (root / "group_vars" / "all" / "network.yml").read_text()
     (root / "group_vars" / "all" / "network.yml").write_text(text.replace("!unsafe 'http", "'http"))
     assert nodestate.inputs_digest(root) != before  # the !unsafe tag is meaning: Ansible treats the value otherwise
+
+
+def test_files_that_can_carry_credentials_are_written_0600_whatever_the_umask(cluster: spec.ClusterSpec,
+                                                                             tmp_path: Path) -> None:
+    """network.yml (a proxy or index URL may hold a password) and stack.yml (an Open MPI or installer URL may hold
+    a token) are the owner's alone from the moment they exist; a looser file left by an older version is tightened."""
+    secret = dataclasses.replace(cluster, network=dataclasses.replace(
+        cluster.network, apt_proxy="http://ops:s3cret@proxy.example:3142", pip_index="https://u:t0ken@pypi.lab/simple"))
+    old = os.umask(0o022)
+    try:
+        root = inventory.render(secret, tmp_path / "inventories", compat.resolve(secret.stack))
+        files = root / "group_vars" / "all"
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in files.iterdir()}
+        assert modes["network.yml"] == modes["stack.yml"] == 0o600
+        assert modes["cluster.yml"] == modes["ssh.yml"] == 0o644  # nothing secret: the umask's mode
+        assert "s3cret" in (files / "network.yml").read_text()
+        os.chmod(files / "network.yml", 0o644)  # as an older hvdcluster left it; the content is the same
+        inventory.render(secret, tmp_path / "inventories", compat.resolve(secret.stack))
+        assert stat.S_IMODE((files / "network.yml").stat().st_mode) == 0o600
+        assert sorted(p.name for p in files.iterdir()) == ["cluster.yml", "network.yml", "ssh.yml", "stack.yml"]
+    finally:
+        os.umask(old)
+
+
+def test_a_file_is_replaced_atomically_and_a_failed_write_leaves_the_old_one(cluster: spec.ClusterSpec,
+                                                                             tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    root = inventory.render(cluster, tmp_path / "inventories")
+    network = root / "group_vars" / "all" / "network.yml"
+    before, inode = network.read_text(), network.stat().st_ino
+    changed = dataclasses.replace(cluster, network=dataclasses.replace(cluster.network, pip_index="https://pypi.lab/s"))
+
+    def refuse(*_args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(inventory.os, "replace", refuse)
+    with pytest.raises(OSError):
+        inventory.render(changed, tmp_path / "inventories")
+    assert network.read_text() == before and network.stat().st_ino == inode
+    assert not [p for p in network.parent.iterdir() if p.name.endswith(".tmp")]  # no part left behind
+    monkeypatch.undo()
+    inventory.render(changed, tmp_path / "inventories")
+    assert "https://pypi.lab/s" in network.read_text() and network.stat().st_ino != inode
