@@ -61,8 +61,33 @@ class HostState:
         return f"ok {self.ok}  changed {self.changed}  failed {self.failed}"
 
 
+# What a terminal would act on rather than show: ESC sequences (CSI with its parameters, OSC/DCS/APC/PM/SOS strings up
+# to their terminator, two-character escapes), their 8-bit forms (CSI 0x9b, OSC 0x9d, ...) and every other C0 or C1
+# control and DEL. Nodes supply much of what is printed (package names and versions, task messages, findings).
+_TERMINAL_CONTROL = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"  # CSI ... final byte
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)"  # OSC, DCS, SOS, PM, APC strings
+    r"|\x1b[ -/]*[0-~]?"  # other escapes (ESC c, ESC ( B, ...)
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]"  # the rest of C0 (tab and newline kept), DEL, C1, line separators
+)
+
+
+def printable(text: Any, *, newlines: bool = True) -> str:
+    """``text`` as a terminal shows it and never acts on it: escape sequences removed, any other control character
+    written as ``\\xNN`` (tab kept; newline kept where ``newlines``, else a space). Everything progress prints passes
+    here."""
+    def escape(match: re.Match[str]) -> str:
+        found = match.group()
+        if len(found) > 1 or found in "\x1b\x9b":
+            return ""
+        return f"\\x{ord(found):02x}" if ord(found) < 0x100 else f"\\u{ord(found):04x}"
+
+    text = _TERMINAL_CONTROL.sub(escape, str(text))
+    return text if newlines else text.replace("\n", " ")
+
+
 def _one_line(text: Any, limit: int = 300) -> str:
-    text = " ".join(str(text).split())
+    text = " ".join(printable(text, newlines=False).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -211,14 +236,14 @@ class Console:
         self._shown: dict[str, str] = {}
 
     def write(self, text: str = "") -> None:
-        self.stream.write(text + "\n")
+        self.stream.write(printable(text) + "\n")
         self.stream.flush()
 
     def step(self, number: int, total: int, text: str) -> None:
         self.write(f"[{number}/{total}] {text}")
 
     def _line(self, host: HostState, width: int) -> str:
-        return f"  {host.name:<{width}}  {host.status:<28}  {host.counts()}"
+        return printable(f"  {host.name:<{width}}  {host.status:<28}  {host.counts()}", newlines=False)
 
     def update(self, tracker: Tracker, changed: set[str]) -> None:
         if not changed:

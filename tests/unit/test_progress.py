@@ -128,3 +128,43 @@ def test_preflight_findings_are_listed_in_the_summary_and_json() -> None:
     assert "  FAIL  gpu02  shm-size: found /dev/shm is 64 MiB; expected >= 256 MiB; fix: mount -o" in text
     assert tracker.as_dict()["preflight"] == {"gpu01": [warning], "gpu02": [finding]}
     assert not tracker.ok
+
+
+HOSTILE_VERSION = "2.3.1\x1b[2J\x1b]0;pwned\x07\x9b31m+cu121\r\x00"  # clear screen, set title, 8-bit CSI, CR, NUL
+
+
+def test_node_supplied_text_reaches_the_terminal_without_control_characters() -> None:
+    """A package version (or any text a node supplies) carrying ESC[2J, an OSC title, an 8-bit CSI (0x9b), a carriage
+    return or a NUL is shown as text: no terminal acts on it, in the live lines, the failures, findings and notices."""
+    tracker = Tracker.for_hosts(["gpu01", f"gpu02{chr(0x1b)}[2J"])
+    stream = io.StringIO()
+    console = Console(stream, live=True)
+    console.update(tracker, set(tracker.hosts))
+    console.update(tracker, tracker.handle({"event": "runner_on_start", "event_data": {
+        "host": "gpu01", "role": f"hvd_pyenv\x9b2J"}}))
+    console.update(tracker, tracker.handle({"event": "runner_on_failed", "event_data": {
+        "host": "gpu01", "role": "hvd_pyenv", "task": "Install torch",
+        "res": {"msg": f"torch=={HOSTILE_VERSION} is not the locked version"}}}))
+    finding = {"host": "gpu01", "check": "python", "severity": "fail", "found": f"torch {HOSTILE_VERSION}",
+               "expected": "2.3.1", "fix": "re-run\x1b[1A up"}
+    tracker.handle({"event": "playbook_on_stats", "event_data": {
+        "ok": {"gpu01": 1}, "changed": {}, "failures": {"gpu01": 1}, "dark": {}, "skipped": {},
+        "artifact_data": {"hvd_preflight": {"gpu01": [finding]},
+                          "hvd_notices": {"gpu01": [f"installed torch {HOSTILE_VERSION}"]}}}})
+    console.summary(tracker, "/log")
+    text = stream.getvalue()
+    ours = text.replace("\x1b[2K", "").replace("\x1b[2F", "")  # the live lines' own redraw sequences
+    assert "\x1b" not in ours and "\x9b" not in ours and "\r" not in ours and "\x00" not in ours
+    assert "torch==2.3.1+cu121\\x0d\\x00 is not the locked version" in text
+    assert "found torch 2.3.1+cu121\\x0d\\x00; expected 2.3.1; fix: re-run up" in text
+    assert "gpu01: installed torch 2.3.1+cu121\\x0d\\x00" in text
+    assert "converging hvd_pyenv" in text and "gpu02" in text
+
+
+def test_printable_keeps_text_tabs_and_meaningful_newlines() -> None:
+    from hvdcluster.progress import printable
+
+    assert printable("café\tok\nnext") == "café\tok\nnext"
+    assert printable("a\nb", newlines=False) == "a b"
+    assert printable("x\x9b2Jdone\x9d") == "xdone\\x9d"  # an 8-bit CSI goes with its parameters; a lone OSC shows
+    assert printable("bell\x07 del\x7f sep\u2028") == "bell\\x07 del\\x7f sep\\u2028"
