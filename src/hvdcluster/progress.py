@@ -189,11 +189,23 @@ class Tracker:
     def _stats(self, data: dict[str, Any]) -> set[str]:
         """Ansible's own recap is authoritative for the counts."""
         names = set()
+        recap = set().union(*((data.get(key) or {}) for key in ("processed", "ok", "failures", "dark")))
         for key, attr in (("ok", "ok"), ("changed", "changed"), ("failures", "failed"),
                           ("dark", "unreachable"), ("skipped", "skipped")):
-            for name, count in (data.get(key) or {}).items():
-                setattr(self._host(name), attr, count)
+            counts = data.get(key) or {}
+            for name in recap | set(counts):
+                setattr(self._host(name), attr, counts.get(name, 0))
                 names.add(name)
+        # A task that consulted a peer which was down (ignore_unreachable: a delegated look at the nodes outside the
+        # run) sends an unreachable event for the node that asked; the recap does not count it, and neither do we:
+        # the node went on converging. The lost peer is named by its own line.
+        for host in self.hosts.values():
+            failure = host.failure
+            if failure is not None and failure.unreachable and not host.unreachable and host.name in recap:
+                host.failure = None
+                self.failures.remove(failure)
+                self.notices.setdefault(host.name, []).append(
+                    f"a peer it consulted was unreachable ({failure.role}: {failure.task}); it went on without it")
         for name, texts in ((data.get("artifact_data") or {}).get("hvd_notices") or {}).items():
             self.notices[name] = sorted(set(texts if isinstance(texts, list) else [texts]))
         for name, findings in ((data.get("artifact_data") or {}).get("hvd_preflight") or {}).items():

@@ -168,3 +168,24 @@ def test_printable_keeps_text_tabs_and_meaningful_newlines() -> None:
     assert printable("a\nb", newlines=False) == "a b"
     assert printable("x\x9b2Jdone\x9d") == "xdone\\x9d"  # an 8-bit CSI goes with its parameters; a lone OSC shows
     assert printable("bell\x07 del\x7f sep\u2028") == "bell\\x07 del\\x7f sep\\u2028"
+
+
+def test_a_peer_down_during_a_delegated_look_does_not_take_the_node_that_asked_down() -> None:
+    """node1 looked (delegate_to, ignore_unreachable) at node3, which had died: Ansible sends an unreachable event
+    for node1 but its recap counts node1 ok and node3 dark. node1 is not failed; node3 is named by its own line."""
+    tracker = Tracker.for_hosts(["node1", "node2", "node3"])
+    lost = {"msg": "Failed to connect to the host via ssh: Connection refused", "unreachable": True}
+    for event in (
+        {"event": "runner_on_unreachable", "event_data": {"host": "node1", "role": "hvd_fanout", "res": lost,
+                                                          "task": "Look for copies on the cluster's nodes outside"}},
+        {"event": "runner_on_unreachable", "event_data": {"host": "node3", "role": "hvd_openmpi", "res": lost,
+                                                          "task": "Install Open MPI"}},
+        {"event": "playbook_on_stats", "event_data": {
+            "processed": {"node1": 1, "node2": 1, "node3": 1}, "ok": {"node1": 30, "node2": 30, "node3": 12},
+            "changed": {}, "failures": {}, "dark": {"node3": 1}, "skipped": {}, "ignored": {"node1": 1}}},
+    ):
+        tracker.handle(event)
+    assert [tracker.hosts[n].status for n in ("node1", "node2", "node3")] == ["up-to-date", "up-to-date",
+                                                                             "unreachable"]
+    assert [(f.host, f.unreachable) for f in tracker.failures] == [("node3", True)]
+    assert "went on without it" in tracker.notices["node1"][0]
