@@ -9,6 +9,10 @@ not trusted either.
 ``state: published`` takes a file written under a temporary name (``src``), checks it against ``sha256`` (the
 digest its builder computed), writes ``<path>.sha256`` and then renames ``src`` to ``path``: readers see the
 whole, verified file or nothing, never a half-written one.
+
+``state: copied`` copies ``src`` (a file another user could change, such as the login user's copy of a wheel)
+to ``path`` in a folder of root's own, hashing exactly the bytes it writes: ``path`` exists only when they are
+``sha256``. Root then uses ``path``, never ``src`` again.
 """
 
 from __future__ import annotations
@@ -17,16 +21,18 @@ import os
 import re
 import tempfile
 
-from ansible.module_utils.hvd_files import sha256_of
+from ansible.module_utils.hvd_files import copy_verified, sha256_of
 
 DOCUMENTATION = r"""
 module: hvd_artifact
 short_description: Verify an artifact by sha256, or publish one atomically with its .sha256 beside it
 options:
   path: {description: The artifact., type: path, required: true}
-  state: {description: verified or published., type: str, choices: [verified, published], default: verified}
+  state: {description: verified, published or copied., type: str, choices: [verified, published, copied],
+          default: verified}
   sha256: {description: "Expected digest. verified: default the content of <path>.sha256.", type: str}
-  src: {description: "published: the temporary file to check and rename to I(path).", type: path}
+  src: {description: "published: the temporary file to check and rename to I(path). copied: the file to copy.",
+        type: path}
   remove_invalid: {description: "verified: remove a file that does not match.", type: bool, default: true}
   fail_invalid: {description: "verified: fail (naming the file) instead of reporting valid=false.", type: bool,
                  default: false}
@@ -108,13 +114,13 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "path": {"type": "path", "required": True},
-            "state": {"type": "str", "choices": ["verified", "published"], "default": "verified"},
+            "state": {"type": "str", "choices": ["verified", "published", "copied"], "default": "verified"},
             "sha256": {"type": "str"},
             "src": {"type": "path"},
             "remove_invalid": {"type": "bool", "default": True},
             "fail_invalid": {"type": "bool", "default": False},
         },
-        required_if=[("state", "published", ("src", "sha256"))],
+        required_if=[("state", "published", ("src", "sha256")), ("state", "copied", ("src", "sha256"))],
         supports_check_mode=True,
     )
     p = module.params
@@ -124,6 +130,11 @@ def main() -> None:
                 module.exit_json(changed=True)
             publish(p["src"], p["path"], p["sha256"])
             module.exit_json(changed=True, sha256=p["sha256"].lower())
+        if p["state"] == "copied":
+            if module.check_mode:
+                module.exit_json(changed=True)
+            copy_verified(p["src"], p["path"], p["sha256"])
+            module.exit_json(changed=True, sha256=p["sha256"].lower(), path=p["path"])
         result = verify(p["path"], p["sha256"])
     except (ValueError, OSError) as exc:
         module.fail_json(msg=str(exc))

@@ -22,12 +22,14 @@ is refused, never deleted: ``/usr`` or a user's folder typed as a prefix must no
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
 import shutil
 import stat
 import subprocess
+import tempfile
 
 from ansible.module_utils.hvd_files import MANIFEST, manifest_entry_differs, read_manifest, sha256_of, walk_tree
 
@@ -145,13 +147,45 @@ def verify(root: str, skip: set[str], deep: bool = False, exact: bool = False, m
     return differences[:most]
 
 
+def _extract(src: str, new: str, sha256: str, between=None) -> None:
+    """Extract ``src`` into ``new`` from one open file, hashing exactly the bytes tar reads: the archive is checked
+    as it is used, so swapping or rewriting ``src`` (the login user's copy) after a check cannot change what is
+    installed. A digest that differs raises before anything goes live (``src`` is removed); ``between`` (tests
+    only) runs after each block."""
+    flags = ["--zstd"] if src.endswith(".zst") else []
+    digest = hashlib.sha256()
+    with open(src, "rb") as source, tempfile.TemporaryFile() as errors:
+        proc = subprocess.Popen(["tar", "-C", new, *flags, "-xf", "-"], stdin=subprocess.PIPE, stderr=errors)
+        assert proc.stdin is not None
+        try:
+            for block in iter(lambda: source.read(1 << 20), b""):
+                digest.update(block)
+                proc.stdin.write(block)
+                if between is not None:
+                    between()
+        except BrokenPipeError:
+            digest.update(source.read())  # tar stopped early: finish the digest to say why
+        finally:
+            try:
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
+        code = proc.wait()
+        errors.seek(0)
+        message = errors.read().decode(errors="replace").strip()[-500:]
+    if digest.hexdigest() != sha256.lower():
+        os.unlink(src)
+        raise ValueError(f"{src} is corrupt or truncated: sha256 {digest.hexdigest()}, expected {sha256.lower()} "
+                         "(removed)")
+    if code != 0:
+        raise ValueError(f"unpacking {src} failed: {message}")
+
+
 def unpack(src: str, sha256: str, path: str, marker: str, marker_content: str, owner_marker: str,
            check_argv: list[str]) -> str:
     """Install ``src`` at ``path`` atomically; returns the marker content of the tree it replaced."""
-    found = sha256_of(src)
-    if found != sha256.lower():
-        os.unlink(src)
-        raise ValueError(f"{src} is corrupt or truncated: sha256 {found}, expected {sha256.lower()} (removed)")
+    if not os.path.isfile(src):
+        raise ValueError(f"{src} is missing")
     refuse_foreign(path, marker, owner_marker)
     parent, base = os.path.split(path)
     os.makedirs(parent, mode=0o755, exist_ok=True)
@@ -159,10 +193,7 @@ def unpack(src: str, sha256: str, path: str, marker: str, marker_content: str, o
     new = os.path.join(parent, f".{base}.hvd-new-{secrets.token_hex(6)}")
     os.mkdir(new, 0o755)
     try:
-        flags = ["--zstd"] if src.endswith(".zst") else []
-        proc = subprocess.run(["tar", "-C", new, *flags, "-xf", src], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise ValueError(f"unpacking {src} failed: {proc.stderr.strip()[-500:]}")
+        _extract(src, new, sha256)
         os.chmod(new, 0o755)
         if check_argv:
             argv = [arg.replace("{root}", new) for arg in check_argv]

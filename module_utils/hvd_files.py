@@ -17,6 +17,34 @@ def sha256_of(path: str) -> str:
     return digest.hexdigest()
 
 
+def copy_verified(src: str, dest: str, sha256: str, between=None) -> None:
+    """Copy ``src`` to ``dest`` hashing exactly the bytes written, and keep the copy only if they are ``sha256``.
+
+    For files that crossed as another user (the login user's artifact folder) and are used as root: ``src`` is read
+    once, so what is checked is what is used; swapping or rewriting ``src`` afterwards changes nothing. ``dest`` is
+    written under a fresh name (0600, O_EXCL) in its own folder and renamed into place last. ``between`` (tests
+    only) is called after each block is hashed and written."""
+    folder, base = os.path.split(dest)
+    part = os.path.join(folder or ".", f".{base}.part-{os.getpid()}-{os.urandom(4).hex()}")
+    digest = hashlib.sha256()
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        with open(src, "rb") as source, os.fdopen(fd, "wb") as out:
+            for block in iter(lambda: source.read(1 << 20), b""):
+                digest.update(block)
+                out.write(block)
+                if between is not None:
+                    between()
+            out.flush()
+            os.fsync(out.fileno())
+        if digest.hexdigest() != sha256.lower():
+            raise ValueError(f"{src} is not the verified file: sha256 {digest.hexdigest()}, expected {sha256.lower()}")
+        os.replace(part, dest)
+    finally:
+        if os.path.lexists(part):
+            os.unlink(part)
+
+
 def add_stamped(digest, path: str) -> None:
     """Feed ``digest`` with a file as it stands: its path, modification time (ns) and content, so a rewrite with
     the same bytes counts too; a file that cannot be read is fed as its path and ``-`` (missing)."""

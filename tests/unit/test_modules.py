@@ -517,3 +517,76 @@ def test_dist_record_module_only_reads_and_runs_in_check_mode(tmp_path: Path) ->
         str(tmp_path / "env"), "horovod")["sha256"]
     assert len(result["files_sha256"]) == 64
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+# ------------------------------------------------------------------------------------------ root uses what it verified
+
+
+def big_archive(tmp_path: Path, name: str, payload: bytes) -> tuple[Path, str]:
+    """An archive of several MiB (incompressible), so it is read in more than one block."""
+    src = tmp_path / f"tree-{name}"
+    (src / "lib").mkdir(parents=True)
+    (src / "lib" / "blob").write_bytes(payload)
+    archive = tmp_path / f"{name}.tar.zst"
+    subprocess.run(["tar", "-C", str(src), "--zstd", "-cf", str(archive), "."], check=True)
+    return archive, sha(archive.read_bytes())
+
+
+def test_an_archive_swapped_after_its_check_cannot_change_what_root_unpacks(tmp_path: Path, monkeypatch) -> None:
+    """The login user's copy is replaced (rename) while root reads it: root installs the bytes it hashed."""
+    good_bytes, evil_bytes = os.urandom(3 << 20), os.urandom(3 << 20)
+    good, digest = big_archive(tmp_path, "good", good_bytes)
+    evil, _ = big_archive(tmp_path, "evil", evil_bytes)
+    swapped = []
+    real = hvd_tree._extract
+    monkeypatch.setattr(hvd_tree, "_extract", lambda src, new, want: real(
+        src, new, want, between=lambda: swapped or swapped.append(os.replace(evil, good))))
+    hvd_tree.unpack(str(good), digest, str(tmp_path / "env"), marker_content="k1", **UNPACK)
+    assert swapped and (tmp_path / "env" / "lib" / "blob").read_bytes() == good_bytes
+
+
+def test_an_archive_rewritten_in_place_while_root_reads_it_is_refused(tmp_path: Path, monkeypatch) -> None:
+    good, digest = big_archive(tmp_path, "good", os.urandom(3 << 20))
+
+    def rewrite() -> None:
+        with open(good, "r+b") as handle:
+            handle.seek(2 << 20)
+            handle.write(b"\0" * 4096)
+
+    real = hvd_tree._extract
+    monkeypatch.setattr(hvd_tree, "_extract", lambda src, new, want: real(src, new, want, between=rewrite))
+    with pytest.raises(ValueError, match="corrupt or truncated"):
+        hvd_tree.unpack(str(good), digest, str(tmp_path / "env"), marker_content="k1", **UNPACK)
+    assert not (tmp_path / "env").exists() and [p.name for p in tmp_path.iterdir() if "hvd-new" in p.name] == []
+
+
+def test_a_wheel_swapped_between_the_check_and_the_install_is_copied_as_verified(tmp_path: Path) -> None:
+    """hvd_artifact state=copied: root copies the login user's wheel into its own folder hashing what it writes;
+    the wheel swapped mid-copy changes nothing, a wheel rewritten in place is refused and leaves no file."""
+    from ansible.module_utils.hvd_files import copy_verified
+
+    good_bytes = os.urandom(3 << 20)
+    wheel = tmp_path / "horovod-0.28.1-cp311-linux_x86_64.whl"
+    wheel.write_bytes(good_bytes)
+    (tmp_path / "evil.whl").write_bytes(os.urandom(3 << 20))
+    root_dir = tmp_path / "root"
+    root_dir.mkdir(mode=0o700)
+    swapped: list = []
+    copy_verified(str(wheel), str(root_dir / wheel.name), sha(good_bytes),
+                  between=lambda: swapped or swapped.append(os.replace(tmp_path / "evil.whl", wheel)))
+    assert swapped and (root_dir / wheel.name).read_bytes() == good_bytes
+    assert oct((root_dir / wheel.name).stat().st_mode & 0o777) == "0o600"
+    wheel.write_bytes(good_bytes)
+
+    def rewrite() -> None:
+        with open(wheel, "r+b") as handle:
+            handle.seek(2 << 20)
+            handle.write(b"\0" * 4096)
+
+    (root_dir / wheel.name).unlink()
+    with pytest.raises(ValueError, match="not the verified file"):
+        copy_verified(str(wheel), str(root_dir / wheel.name), sha(good_bytes), between=rewrite)
+    assert list(root_dir.iterdir()) == []
+    result = run_module("hvd_artifact", {"state": "copied", "src": str(wheel),
+                                         "path": str(root_dir / "w.whl"), "sha256": sha(good_bytes)})
+    assert result["failed"] and "not the verified file" in result["msg"] and list(root_dir.iterdir()) == []
