@@ -24,8 +24,10 @@ DEBIAN_SSH_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games"  # 
 KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"  # hvd_ssh_mesh_known_hosts' default
 CA_GLOB = "/usr/local/share/ca-certificates/hvdcluster*.crt"  # hvd_base installs hvdcluster-ca.crt
 MOST_PROBLEMS = 10
-# Files hvdcluster itself writes into the env beside what its manifest and Horovod's RECORD list.
-ENV_MARKERS = (".hvdcluster", ".hvd-env-key", MANIFEST, ".hvd-horovod-key", ".hvd-horovod-checked")
+# Files hvdcluster itself writes into the env beside what its manifest and Horovod's RECORD list: its markers and
+# the post-flight's script (hvd_verify_dir's default). Nothing else may be added there.
+ENV_MARKERS = (".hvdcluster", ".hvd-env-key", MANIFEST, ".hvd-horovod-key", ".hvd-horovod-checked",
+               "libexec/hvdcluster/allreduce.py")
 # Distributions installed into the env after its manifest was written (their RECORD lists their files).
 ENV_LATER = ("horovod",)
 

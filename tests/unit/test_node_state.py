@@ -468,3 +468,10 @@ def test_the_module_on_a_real_env_is_fast(capsys: pytest.CaptureFixture) -> None
     assert len([key for key in state if key.startswith("env.dist.")]) + (state["horovod.version"] != "absent") \
         == len({hvd_state.canonical(hvd_state._metadata(str(info))[0]) for info in sites})
     assert result["seconds"] < 5
+
+
+def test_the_post_flights_script_is_ours_and_nothing_else_beside_it_is(node: Path) -> None:
+    write(node, PREFIX + "/libexec/hvdcluster/allreduce.py", "import horovod\n")
+    assert look(node)["env.files"] == "ok"
+    write(node, PREFIX + "/libexec/hvdcluster/other.py", "x\n")
+    assert look(node)["env.files"] == "added: libexec/hvdcluster/other.py"
