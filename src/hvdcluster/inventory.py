@@ -41,10 +41,52 @@ GROUP_VAR_TITLES = {
     "stack.yml": "Software stack",
 }
 
-# How the controller pins node host keys: recorded on first contact, a changed key is refused.
-# Ours, and templated by Ansible on purpose (inventory_dir): the one value written without !unsafe.
-SSH_COMMON_ARGS = '-o StrictHostKeyChecking=accept-new -o UserKnownHostsFile="{{ inventory_dir }}/ssh/known_hosts"'
 BASTION_KNOWN_HOSTS = "bastion_known_hosts"  # in <inventory>/ssh/: the bastion's pinned key, from hosts.yaml
+
+# A path goes through up to four readers on its way into ssh, each with its own syntax, so it is quoted for each, in
+# order, after Ansible has templated inventory_dir into it (never before: a quote in the folder's name would end it):
+#   1. ssh's option parser splits a value at spaces and reads quotes and backslashes: the path is written as one
+#      double-quoted word, `\` and `"` escaped; ssh then expands %-tokens in it: `%` is doubled (ssh_word);
+#   2. ProxyCommand is run by a shell: each argument is shell-quoted (Ansible's `quote`, Python's shlex.quote);
+#   3. ssh expands %-tokens in ProxyCommand (%h, %p): every `%` of ours is doubled once more;
+#   4. Ansible splits ansible_ssh_common_args like a shell (shlex): each -o value is shell-quoted as a whole.
+# So a folder named `it's $HOME 100% mine` works. Written with Jinja's own filters, so a hand-written inventory needs
+# nothing of hvdcluster's.
+
+
+_JINJA_BACKSLASH = "('%c' | format(92))"  # no backslash literal: Ansible versions differ in how they read one in Jinja
+
+
+def _jinja_ssh_word(path: str) -> str:
+    """Jinja: the path expression ``path`` as one word of an ssh option (reader 1)."""
+    bs = _JINJA_BACKSLASH
+    return f"""'"' ~ ({path}) | replace({bs}, {bs} ~ {bs}) | replace('"', {bs} ~ '"') | replace('%', '%%') ~ '"'"""
+
+
+# How the controller checks node host keys (ours, templated by Ansible on purpose: the one value written without
+# !unsafe): against ssh/known_hosts beside the inventory; a node with pinned keys (hvd_host_keys, from hosts.yaml,
+# written there before any contact) strictly, any other by recording its key on first contact (accept-new). A key
+# other than the recorded one is refused either way; checking is never off.
+SSH_COMMON_ARGS = (
+    "-o StrictHostKeyChecking={{ 'yes' if hvd_host_keys | default([]) else 'accept-new' }} "
+    "-o {{ ('UserKnownHostsFile=' ~ " + _jinja_ssh_word("inventory_dir ~ '/ssh/known_hosts'") + ") | quote }}"
+)
+# Through the bastion (hvd_ssh_proxy_jump): ssh to it, checking its key against ssh/bastion_known_hosts only.
+PROXY_COMMAND_ARG = (
+    "-o {{ ('ProxyCommand=ssh -W %h:%p ' ~ (['-p', hvd_ssh_proxy_jump.port | string, '-o', 'BatchMode=yes', "
+    "'-o', 'StrictHostKeyChecking=yes', '-o', 'UserKnownHostsFile=' ~ "
+    + _jinja_ssh_word(f"inventory_dir ~ '/ssh/{BASTION_KNOWN_HOSTS}'") + "]"
+    " + (['-o', 'IdentityFile=' ~ " + _jinja_ssh_word("hvd_ssh_proxy_jump.identity") + "] if hvd_ssh_proxy_jump.identity"
+    " else [])"
+    " + [hvd_ssh_proxy_jump.user ~ '@' ~ hvd_ssh_proxy_jump.host]) | map('quote') | map('replace', '%', '%%')"
+    " | join(' ')) | quote }}"
+)
+
+
+def ssh_word(value: str) -> str:
+    """``value`` as one word of an OpenSSH option (``-o Key=VALUE`` or a config line): double-quoted with ``\\`` and
+    ``"`` escaped, ``%`` doubled (ssh expands %-tokens in file names and commands)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%") + '"'
 
 
 def known_hosts_pattern(host: str, port: int) -> str:
@@ -53,17 +95,20 @@ def known_hosts_pattern(host: str, port: int) -> str:
 
 def bastion_argv(jump: dict[str, Any], ssh_dir: str, *options: str) -> list[str]:
     """ssh to the bastion ``jump`` (host, port, user, identity): its host key is checked against
-    ``<ssh_dir>/bastion_known_hosts`` only, and never learnt (StrictHostKeyChecking=yes)."""
+    ``<ssh_dir>/bastion_known_hosts`` only, and never learnt (StrictHostKeyChecking=yes). An argv (no shell); any
+    folder name works."""
     argv = ["ssh", *options, "-p", str(jump["port"]), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-            "-o", f"UserKnownHostsFile={ssh_dir}/{BASTION_KNOWN_HOSTS}"]
-    if jump.get("identity"):
-        argv += ["-i", str(jump["identity"])]
+            "-o", "UserKnownHostsFile=" + ssh_word(f"{ssh_dir}/{BASTION_KNOWN_HOSTS}")]
+    if jump.get("identity"):  # not -i, which looks for the file before expanding %-tokens in its name
+        argv += ["-o", "IdentityFile=" + ssh_word(str(jump["identity"]))]
     return [*argv, f"{jump['user']}@{jump['host']}"]
 
 
 def proxy_command(jump: dict[str, Any], ssh_dir: str) -> str:
-    """OpenSSH's ProxyCommand through the bastion ``jump``."""
-    return " ".join(shlex.quote(arg) for arg in bastion_argv(jump, ssh_dir, "-W", "%h:%p"))
+    """OpenSSH's ProxyCommand through the bastion ``jump`` (the value of ``-o ProxyCommand=``): each argument
+    shell-quoted, then every ``%`` of ours doubled (ssh expands %h and %p in it before a shell runs it)."""
+    argv = bastion_argv(jump, ssh_dir)
+    return "ssh -W %h:%p " + " ".join(shlex.quote(arg).replace("%", "%%") for arg in argv[1:])
 
 
 def bastion_problem(jump: dict[str, Any], ssh_dir: str, timeout: float = 20) -> str:
@@ -105,8 +150,10 @@ VAR_DOCS: dict[str, str] = {
     "hvd_become": "Use sudo for tasks (the account is not root). The playbooks' `become` keyword reads it; an\n"
     "ansible_become variable would override the tasks that must not use sudo.",
     "ansible_ssh_private_key_file": "The controller's key for that account.",
-    "ansible_ssh_common_args": "Host keys are pinned in ssh/known_hosts beside this inventory on first contact;\n"
-    "a changed key is refused. Never turn host key checking off.",
+    "ansible_ssh_common_args": "Host keys are checked against ssh/known_hosts beside this inventory: strictly for a node\n"
+    "whose keys hosts.yaml pins (hvd_host_keys, written there before any contact), else recorded on first contact\n"
+    "(accept-new); a changed key is refused. Never turn host key checking off. Paths are quoted for ssh and the\n"
+    "shell after inventory_dir is templated into them, so any folder name works.",
     "hvd_ssh_mesh_user": "Account that nodes use to reach each other (horovodrun / mpirun run as it).",
     "hvd_ssh_proxy_jump": "The bastion the controller reaches every node through (hosts.yaml ssh.proxy_jump); its host\n"
     "key is pinned in ssh/bastion_known_hosts and never learnt.",
@@ -178,8 +225,7 @@ def group_vars(spec: ClusterSpec, plan: Plan | None = None) -> dict[str, dict[st
     if jump is not None:
         ssh["hvd_ssh_proxy_jump"] = {"host": jump.host, "port": jump.port, "user": jump.user,
                                      "identity": canonical(jump.identity)}
-        command = proxy_command(ssh["hvd_ssh_proxy_jump"], "{{ inventory_dir }}/ssh")
-        ssh["ansible_ssh_common_args"] = f'{SSH_COMMON_ARGS} -o ProxyCommand="{command}"'
+        ssh["ansible_ssh_common_args"] = f"{SSH_COMMON_ARGS} {PROXY_COMMAND_ARG}"
     ssh["hvd_ssh_mesh_user"] = spec.ssh.user
     net = spec.network
     return {

@@ -6,6 +6,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import stat
 import subprocess
@@ -151,8 +152,15 @@ def test_key_folder_is_private(cluster: spec.ClusterSpec, tmp_path: Path) -> Non
 
 
 def test_controller_pins_host_keys_and_never_disables_checking(cluster: spec.ClusterSpec) -> None:
+    import jinja2
+
     args = inventory.group_vars(cluster)["ssh.yml"]["ansible_ssh_common_args"]
-    assert "StrictHostKeyChecking=accept-new" in args and "UserKnownHostsFile=" in args
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters["quote"] = shlex.quote  # Ansible's quote filter
+    for pins, checking in (({}, "accept-new"), ({"hvd_host_keys": []}, "accept-new"),
+                           ({"hvd_host_keys": ["ssh-ed25519 AAAA"]}, "yes")):
+        argv = shlex.split(env.from_string(args).render(inventory_dir="/inv", **pins))
+        assert argv == ["-o", f"StrictHostKeyChecking={checking}", "-o", 'UserKnownHostsFile="/inv/ssh/known_hosts"']
     assert "StrictHostKeyChecking=no" not in args and "/dev/null" not in args
 
 
@@ -275,106 +283,98 @@ def test_a_bastion_is_pinned_by_its_own_key_and_every_connection_goes_through_it
     assert (root / "ssh" / "bastion_known_hosts").read_text() == f"[bastion.example.org]:2222 {public[0]} {public[1]}\n"
     proc = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(root), "--host", "ip-10-0-0-1"],
                           capture_output=True, text=True, check=True)
-    args = json.loads(proc.stdout)["ansible_ssh_common_args"]
-    assert "StrictHostKeyChecking=accept-new" in args and "ProxyCommand=" in args
+    args = json.loads(proc.stdout)["ansible_ssh_common_args"]  # as written (templated when a connection is made)
+    assert "StrictHostKeyChecking=" in args and "'accept-new'" in args and "ProxyCommand=" in args
     inv = inventory.read(root)
     argv = launch.ssh_argv(inv, "ip-10-0-0-1")
     proxy = next(a for a in argv if a.startswith("ProxyCommand="))
     key = str(tmp_path / "keys" / "id_test")
     assert proxy == ("ProxyCommand=ssh -W %h:%p -p 2222 -o BatchMode=yes -o StrictHostKeyChecking=yes "
-                     f"-o UserKnownHostsFile={root}/ssh/bastion_known_hosts -i {key} ops@bastion.example.org")
+                     f"-o 'UserKnownHostsFile=\"{root}/ssh/bastion_known_hosts\"' -o 'IdentityFile=\"{key}\"' "
+                     "ops@bastion.example.org")
     assert argv[-1] == "ops@10.0.0.1"
 
 
-def test_the_same_hosts_yaml_gives_the_same_inventory_and_inputs_digest_however_it_is_reached(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """From its own folder, from the folder above, by an absolute path through a symlinked folder and by a relative
-    path through that link: the inventory files and the inputs digest (up's fast path) are the same."""
-    from hvdcluster import nodestate
-
-    site = tmp_path / "site"
-    (site / "keys").mkdir(parents=True)
-    (site / "wheels").mkdir()
-    shutil.copy(FIXTURES / "id_test", site / "keys" / "id_test")
-    shutil.copy(FIXTURES / "ca.pem", site / "corp-ca.pem")
-    (site / "hosts.yaml").write_text(HOSTS.replace("network: {", "network: {wheelhouse: ./wheels, "))
-    (tmp_path / "link").symlink_to(site, target_is_directory=True)
-    (tmp_path / "elsewhere").mkdir()
-    plan = compat.resolve(spec.load(site / "hosts.yaml").stack)
-    ways = [(site, "hosts.yaml"), (tmp_path, "site/hosts.yaml"), (Path("/"), str(tmp_path / "link" / "hosts.yaml")),
-            (tmp_path / "elsewhere", "../link/./hosts.yaml")]
-    renders, digests = [], []
-    for number, (cwd, path) in enumerate(ways):
-        monkeypatch.chdir(cwd)
-        root = inventory.render(spec.load(path), tmp_path / f"out{number}", plan)
-        renders.append(rendered_files(root))
-        digests.append(nodestate.inputs_digest(root))
-    assert all(files == renders[0] for files in renders[1:])
-    assert len(set(digests)) == 1
-    text = "".join(renders[0].values())
-    assert "from hosts.yaml." in text and "site/hosts.yaml" not in text and "link" not in text
-    real = os.path.realpath(site)
-    assert f"{real}/corp-ca.pem" in text and f"{real}/keys/id_test" in text and f"{real}/wheels" in text
+# A folder name every reader on the way to ssh could misread: a quote (shell), spaces and a double quote (ssh's option
+# words), $(...) (a shell would run it), % (ssh's tokens), a backslash.
+HOSTILE_FOLDER = "it's a \"lab\" $(touch pwned) 100% \\mine"
 
 
-def test_the_inputs_digest_follows_what_the_inventory_says_not_its_comments(cluster: spec.ClusterSpec,
-                                                                            tmp_path: Path) -> None:
-    from hvdcluster import nodestate
-
-    root = inventory.render(cluster, tmp_path / "inventories")
-    before = nodestate.inputs_digest(root)
-    ssh_yml = root / "group_vars" / "all" / "ssh.yml"
-    ssh_yml.write_text("# a note of the operator's\n" + ssh_yml.read_text().replace("ansible_user: ubuntu",
-                                                                                      "ansible_user: 'ubuntu'"))
-    assert nodestate.inputs_digest(root) == before
-    ssh_yml.write_text(ssh_yml.read_text().replace("ansible_user: 'ubuntu'", "ansible_user: admin"))
-    assert nodestate.inputs_digest(root) != before
-    inventory.render(cluster, tmp_path / "inventories")
-    assert nodestate.inputs_digest(root) == before
-    text = (root / "group_vars" / "all" / "network.yml").read_text()
-    (root / "group_vars" / "all" / "network.yml").write_text(text.replace("!unsafe 'http", "'http"))
-    assert nodestate.inputs_digest(root) != before  # the !unsafe tag is meaning: Ansible treats the value otherwise
+def _bastion_site(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    shutil.copy(FIXTURES / "id_test", folder / "id test")
+    public = (FIXTURES / "id_test.pub").read_text().split()
+    (folder / "hosts.yaml").write_text(
+        "cluster: lab\nssh:\n  user: ops\n  identity: id test\n"
+        f"  proxy_jump: {{host: bastion.example.org, port: 2222, host_key: '{public[0]} {public[1]}'}}\n"
+        "hosts: [{address: 10.0.0.1, port: 2200}]\n")
+    return folder / "hosts.yaml"
 
 
-def test_files_that_can_carry_credentials_are_written_0600_whatever_the_umask(cluster: spec.ClusterSpec,
-                                                                             tmp_path: Path) -> None:
-    """network.yml (a proxy or index URL may hold a password) and stack.yml (an Open MPI or installer URL may hold
-    a token) are the owner's alone from the moment they exist; a looser file left by an older version is tightened."""
-    secret = dataclasses.replace(cluster, network=dataclasses.replace(
-        cluster.network, apt_proxy="http://ops:s3cret@proxy.example:3142", pip_index="https://u:t0ken@pypi.lab/simple"))
-    old = os.umask(0o022)
-    try:
-        root = inventory.render(secret, tmp_path / "inventories", compat.resolve(secret.stack))
-        files = root / "group_vars" / "all"
-        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in files.iterdir()}
-        assert modes["network.yml"] == modes["stack.yml"] == 0o600
-        assert modes["cluster.yml"] == modes["ssh.yml"] == 0o644  # nothing secret: the umask's mode
-        assert "s3cret" in (files / "network.yml").read_text()
-        os.chmod(files / "network.yml", 0o644)  # as an older hvdcluster left it; the content is the same
-        inventory.render(secret, tmp_path / "inventories", compat.resolve(secret.stack))
-        assert stat.S_IMODE((files / "network.yml").stat().st_mode) == 0o600
-        assert sorted(p.name for p in files.iterdir()) == ["cluster.yml", "network.yml", "ssh.yml", "stack.yml"]
-    finally:
-        os.umask(old)
+def _through_ssh(args: list[str], tmp_path: Path) -> tuple[list[str], str, str]:
+    """What OpenSSH makes of ``args`` (as Ansible passes them) for ops@10.0.0.1 port 2200, without a network: its
+    config dump (-G), then a real run whose ProxyCommand finds a fake `ssh` first on PATH that records its argv."""
+    ssh = shutil.which("ssh")
+    if ssh is None:
+        pytest.skip("no OpenSSH client here")
+    fake = tmp_path / "fake-bin"
+    fake.mkdir(exist_ok=True)
+    record = tmp_path / "proxy-argv"
+    (fake / "ssh").write_text(f"#!/bin/sh\nfor a in \"$@\"; do printf '%s\\0' \"$a\"; done > '{record}'\n")
+    (fake / "ssh").chmod(0o755)
+    base = [ssh, "-F", "/dev/null", *args, "-p", "2200", "-o", "BatchMode=yes", "ops@10.0.0.1"]
+    dump = subprocess.run([*base[:1], "-G", *base[1:]], capture_output=True, text=True, check=True).stdout
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "SHELL": "/bin/sh"}
+    run = subprocess.run([*base, "true"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=30)
+    assert record.is_file(), run.stderr
+    return record.read_text().split("\0")[:-1], dump, run.stderr
 
 
-def test_a_file_is_replaced_atomically_and_a_failed_write_leaves_the_old_one(cluster: spec.ClusterSpec,
-                                                                             tmp_path: Path,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    root = inventory.render(cluster, tmp_path / "inventories")
-    network = root / "group_vars" / "all" / "network.yml"
-    before, inode = network.read_text(), network.stat().st_ino
-    changed = dataclasses.replace(cluster, network=dataclasses.replace(cluster.network, pip_index="https://pypi.lab/s"))
+def _bastion_login(argv: list[str], tmp_path: Path) -> tuple[str, str]:
+    """The known_hosts file and identity the bastion's ssh (``argv``, as the ProxyCommand started it) really uses."""
+    ssh = shutil.which("ssh")
+    options = [a for a in argv if a not in ("-W", "10.0.0.1:2200")]
+    dump = subprocess.run([ssh, "-G", "-F", "/dev/null", *options], capture_output=True, text=True, check=True).stdout
+    known = next(line.split(" ", 1)[1] for line in dump.splitlines() if line.startswith("userknownhostsfile "))
+    verbose = subprocess.run([ssh, "-v", "-F", "/dev/null", "-o", "ProxyCommand=cat /dev/null", *options, "true"],
+                             capture_output=True, text=True, cwd=tmp_path, timeout=30).stderr
+    identity = next(line.removeprefix("debug1: identity file ").rsplit(" type ", 1)[0].replace("\\\\", "\\")
+                    for line in verbose.splitlines() if line.startswith("debug1: identity file "))  # ssh's log: \\ for \
+    return known, identity
 
-    def refuse(*_args: object) -> None:
-        raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(inventory.os, "replace", refuse)
-    with pytest.raises(OSError):
-        inventory.render(changed, tmp_path / "inventories")
-    assert network.read_text() == before and network.stat().st_ino == inode
-    assert not [p for p in network.parent.iterdir() if p.name.endswith(".tmp")]  # no part left behind
-    monkeypatch.undo()
-    inventory.render(changed, tmp_path / "inventories")
-    assert "https://pypi.lab/s" in network.read_text() and network.stat().st_ino != inode
+def test_the_bastion_proxycommand_works_from_a_folder_with_quotes_spaces_dollars_and_percents(tmp_path: Path) -> None:
+    """The inventory's ansible_ssh_common_args, templated by Ansible in a folder named with a quote, spaces, a double
+    quote, $(...), % and a backslash, then split as Ansible splits it: OpenSSH reads the known_hosts path whole, runs
+    the ProxyCommand (the shell runs nothing the folder's name spells), and the bastion's ssh gets its own
+    known_hosts and identity by their real paths. The same for the ProxyCommand of `run`'s own ssh (launch.ssh_argv)."""
+    from hvdcluster import launch
+
+    folder = tmp_path / HOSTILE_FOLDER
+    hosts = _bastion_site(folder)
+    root = inventory.render(spec.load(hosts), folder / "inventories")
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible"), "all", "-i", "inventories/lab", "-m", "ansible.builtin.debug",
+         "-a", "var=ansible_ssh_common_args"], capture_output=True, text=True, check=True, cwd=folder,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+             "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"})
+    templated = json.loads(proc.stdout[proc.stdout.index("{"):proc.stdout.rindex("}") + 1])["ansible_ssh_common_args"]
+    args = [a.strip() for a in shlex.split(templated) if a.strip()]  # as Ansible's ssh plugin splits it
+    proxy = next(a for a in args if a.startswith("ProxyCommand="))
+    expanded = proxy.removeprefix("ProxyCommand=").replace("%h", "10.0.0.1").replace("%p", "2200").replace("%%", "%")
+    assert subprocess.run(["sh", "-n", "-c", expanded]).returncode == 0
+    real = Path(os.path.realpath(root))
+    launched = launch.ssh_argv(inventory.read(root), "ip-10-0-0-1")
+    launch_proxy = launched[launched.index(next(a for a in launched if a.startswith("ProxyCommand="))) - 1:][:2]
+    for how, given in (("ansible", args), ("launch", launch_proxy)):
+        argv, dump, stderr = _through_ssh(given, tmp_path)
+        if how == "ansible":
+            assert f"userknownhostsfile {real / 'ssh' / 'known_hosts'}\n" in dump
+            assert "stricthostkeychecking accept-new\n" in dump
+        assert argv[:2] == ["-W", "10.0.0.1:2200"] and argv[-1] == "ops@bastion.example.org", (how, argv, stderr)
+        known, identity = _bastion_login(argv, tmp_path)
+        assert known == str(real / "ssh" / "bastion_known_hosts"), how
+        assert identity == str(Path(os.path.realpath(folder)) / "id test"), how
+        assert "stricthostkeychecking true" in subprocess.run(
+            ["ssh", "-G", "-F", "/dev/null", *argv[2:]], capture_output=True, text=True, check=True).stdout
+    assert not list(tmp_path.rglob("pwned"))  # the $(...) in the folder's name was never run
