@@ -522,6 +522,14 @@ def blocks_d16(blocks: list[tuple[str, list[str]]], named: bool = False) -> str:
                        for mark, lines in sorted(blocks)).encode())
 
 
+def block_text(blocks: list[tuple[str, list[str]]]) -> str:
+    """The first block's lines, one per line (a small block we manage, shown as it is so that `check` can name the
+    line that differs); "absent" without one, "" for an empty one."""
+    if not blocks:
+        return ABSENT
+    return "\n".join(line.rstrip() for line in blocks[0][1])
+
+
 def home_of(root: str, user: str) -> str | None:
     for line in (read_text(under(root, "/etc/passwd")) or "").splitlines():
         fields = line.split(":")
@@ -537,8 +545,9 @@ def _key_pairs(line: str) -> set[tuple[str, str]]:
 
 
 def mesh_state(root: str, cluster: str, user: str = "root", public_key: str = "") -> dict:
-    """``mesh.authorized`` (the cluster key in the user's authorized_keys), ``mesh.known_hosts`` (every node's
-    hvdcluster block in /etc/ssh/ssh_known_hosts) and ``mesh.ssh_config`` (the block in the user's ~/.ssh/config)."""
+    """``mesh.authorized`` (the cluster key in the user's authorized_keys), ``mesh.known_hosts`` (d16 of every node's
+    hvdcluster block in /etc/ssh/ssh_known_hosts) and ``mesh.ssh_config`` (the block in the user's ~/.ssh/config, as
+    text)."""
     home = home_of(root, user)
     want = _key_pairs(public_key)
     authorized = False
@@ -551,13 +560,13 @@ def mesh_state(root: str, cluster: str, user: str = "root", public_key: str = ""
     config = read_blocks(under(root, os.path.join(home, ".ssh", "config")), begin) if home else []
     return {"mesh.authorized": authorized,
             "mesh.known_hosts": blocks_d16(read_blocks(under(root, KNOWN_HOSTS), begin, prefix=True), named=True),
-            "mesh.ssh_config": blocks_d16(config)}
+            "mesh.ssh_config": block_text(config)}
 
 
 def base_state(root: str, cluster: str) -> dict:
-    """``base.hosts`` (hvd_base's /etc/hosts block), ``base.ca`` (the CA files it installs), ``profile.<file>``
+    """``base.hosts`` (hvd_base's /etc/hosts block, as text), ``base.ca`` (the CA files it installs), ``profile.<file>``
     and ``ldconf.<file>`` (our /etc/profile.d/hvd-*.sh and /etc/ld.so.conf.d/hvd-*.conf)."""
-    out = {"base.hosts": blocks_d16(read_blocks(under(root, "/etc/hosts"), f"# BEGIN hvdcluster {cluster} nodes"))}
+    out = {"base.hosts": block_text(read_blocks(under(root, "/etc/hosts"), f"# BEGIN hvdcluster {cluster} nodes"))}
     digest = hashlib.sha256()
     cas = sorted(glob.glob(glob.escape(under(root, os.path.dirname(CA_GLOB))) + "/" + os.path.basename(CA_GLOB)))
     for path in cas:

@@ -322,7 +322,7 @@ def unrepaired_lines(report: Report) -> list[str]:
     for node in report.nodes:
         for d in sorted(report.drifted.get(node, []), key=lambda d: d.item):
             why = f"{d.role} did not repair it" if d.role else UNREPAIRABLE
-            lines.append(f"{node}: {d.item}: expected {_show(d.expected)}, found {_show(d.found)} ({why})")
+            lines.append(f"{node}: {d.item}: {_what_differs(d)} ({why})")
     return lines
 
 
@@ -349,11 +349,27 @@ def _show(value: Any, width: int = VALUE_WIDTH) -> str:
     return text
 
 
+# Managed blocks the state module reads as text (module_utils/hvd_state.block_text): a difference names the lines.
+BLOCK_ITEMS = ("base.hosts", "mesh.ssh_config")
+
+
+def _what_differs(d: Difference) -> str:
+    """"expected X, found Y"; for a managed block read as text, only the lines that differ."""
+    if d.item in BLOCK_ITEMS and isinstance(d.expected, str) and isinstance(d.found, str) \
+            and ABSENT not in (d.expected, d.found):
+        want, have = d.expected.split("\n"), d.found.split("\n")
+        parts = ([f"line expected {_show(line)}" for line in want if line not in have]
+                 + [f"line found {_show(line)}" for line in have if line not in want])
+        if parts:
+            return ", ".join(parts)
+    return f"expected {_show(d.expected)}, found {_show(d.found)}"
+
+
 def _line(d: Difference) -> str:
     repair = f"repair: {d.role}" if d.role else "repair: by hand"
     if d.note:
         repair = f"{d.note}; {repair}"
-    return f"  {d.item}: expected {_show(d.expected)}, found {_show(d.found)} ({repair})"
+    return f"  {d.item}: {_what_differs(d)} ({repair})"
 
 
 def _blocks(report: Report) -> list[tuple[list[str], list[Difference]]]:

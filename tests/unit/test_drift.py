@@ -388,3 +388,12 @@ def test_a_reinstalled_node_is_converged_from_the_pre_flight():
     found["node2"]["os.machine-id"] = "m2"
     report = compare(desired, found)
     assert report.first_role("node2") == "hvd_preflight"
+
+
+def test_a_managed_block_shows_the_line_that_differs_not_two_digests():
+    desired = nodes(NODES3, **{"base.hosts": "10.0.0.1 node1\n10.0.0.2 node2\n10.0.0.3 node3 ct3-node3"})
+    found = nodes(NODES3, **{"base.hosts": "10.0.0.1 node1\n10.0.0.2 node2\n10.0.0.3 node3 ct3-node3"})
+    found["node2"]["base.hosts"] = "10.0.0.1 node1\n10.0.0.2 node2\n10.99.99.99 node3 ct3-node3"
+    text = render(compare(desired, found))
+    assert ("  base.hosts: line expected 10.0.0.3 node3 ct3-node3, line found 10.99.99.99 node3 ct3-node3 "
+            "(repair: hvd_base)") in text
