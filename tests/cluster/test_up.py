@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.cluster.conftest import SUDO_USER, assert_no_trap_fired
+from tests.cluster.conftest import SUDO_USER, assert_no_trap_fired, task_outcomes
 from tests.lab import Lab
 
 pytestmark = pytest.mark.containers
@@ -305,3 +305,58 @@ def test_stopped_node_is_named_unreachable_while_the_others_converge(hvd, lab3: 
         assert "node3: unreachable" in err
     finally:
         lab3.start(3)
+
+
+# Where node3 dies: while it installs Open MPI (its package removed first, so the step has work to do), or while the
+# env travels to it (a file of its env deleted first, so it needs the archive).
+LOST_DURING = {
+    "package-step": ("apt-mark unhold openmpi-bin libopenmpi-dev >/dev/null && "
+                     "DEBIAN_FRONTEND=noninteractive apt-get remove -y -q openmpi-bin >/dev/null", "TASK [hvd_openmpi"),
+    "fan-out": (f"rm {SITE}/psutil/_common.py", "TASK [hvd_fanout"),
+}
+
+
+@pytest.mark.parametrize("when", list(LOST_DURING))
+def test_a_node_lost_mid_converge_is_named_alone_and_the_others_finish_proven(hvd, lab3: Lab, when: str) -> None:
+    """node3 is killed (docker kill: no shutdown) mid-run: only node3 is named; node1 and node2 converge to the end
+    and the post-flight proves them; the next `up` after node3 returns converges it and `check` exits 0."""
+    setup, mark = LOST_DURING[when]
+    done = lab3.exec(3, "sh", "-c", setup)
+    assert done.returncode == 0, done.stderr
+    runs = lab3.workdir / "inventories" / "ct3" / "runs" / "artifacts"
+    before = set(runs.iterdir())
+    proc = subprocess.Popen([str(hvd.bin / "hvdcluster"), "up", "hosts.yaml", "--full", "--json"], cwd=hvd.cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed = False
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and proc.poll() is None:
+            logs = [run / "stdout" for run in set(runs.iterdir()) - before if (run / "stdout").is_file()]
+            if any(mark in log.read_text(errors="replace") for log in logs):
+                subprocess.run(["docker", "kill", lab3.container(3)], check=True, capture_output=True)
+                killed = True
+                break
+            time.sleep(0.2)
+        out, err = proc.communicate(timeout=900)
+        assert killed, f"the run never reached {mark}: {err[-3000:]}"
+        doc = json.loads(out)
+        assert proc.returncode == 1, err[-3000:]
+        assert doc["hosts"]["node3"]["status"] == "unreachable", doc["hosts"]
+        assert [doc["hosts"][n]["status"] for n in ("node1", "node2")] in (
+            [a, b] for a in ("changed", "up-to-date") for b in ("changed", "up-to-date")), doc["hosts"]
+        assert [f["host"] for f in doc["failures"]] == ["node3"], doc["failures"]
+        # The post-flight proved the nodes that are left: mpirun reached node1 and node2, their checks passed.
+        proven = task_outcomes(doc["log"])
+        for task in ("Start one process per node with mpirun and collect the hostnames",
+                     "Check that mpirun reached every node"):
+            assert proven.get(task) == {"ok"}, (task, proven.get(task))
+        assert doc["converged"] == ["node1", "node2"], doc["converged"]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        lab3.start(3)
+    rc, up, err = hvd.up_json()
+    assert rc == 0, err[-4000:]
+    rc, doc = check_json(hvd)
+    assert rc == 0, doc
+
