@@ -100,6 +100,8 @@ class NetworkSpec:
     pip_index: str | None = None
     wheelhouse: str | None = None
     bundle: str | None = None  # an offline bundle folder (hvdcluster bundle): nodes install from it only
+    bundle_sha256: str | None = None  # the sha256 of the bundle's manifest.yaml (its pin; or bundle_signers)
+    bundle_signers: str | None = None  # an OpenSSH allowed-signers file: who may sign a bundle's manifest.yaml
 
 
 @dataclass(frozen=True)
@@ -849,7 +851,7 @@ _TOP_KEYS = ("cluster", "ssh", "hosts", "stack", "network", "set_hostname")
 _SSH_KEYS = ("user", "port", "identity", "become", "proxy_jump")
 _JUMP_KEYS = ("host", "port", "user", "identity", "host_key")
 _HOST_KEYS = ("name", "address", "port", "fabric_address", "fabric_port", "slots")
-_NETWORK_KEYS = ("ca_bundle", "apt_proxy", "pip_index", "wheelhouse", "bundle")
+_NETWORK_KEYS = ("ca_bundle", "apt_proxy", "pip_index", "wheelhouse", "bundle", "bundle_sha256", "bundle_signers")
 # With an offline bundle, nodes use nothing else: these would be sources next to it.
 NOT_WITH_BUNDLE = ("apt_proxy", "pip_index", "wheelhouse")
 
@@ -959,6 +961,8 @@ def _network(ctx: _Context, node: Node, field: str) -> NetworkSpec:
         pip_index=_get(ctx, fields, "pip_index", field, _url),
         wheelhouse=_get(ctx, fields, "wheelhouse", field, _existing_directory),
         bundle=_get(ctx, fields, "bundle", field, _bundle),
+        bundle_sha256=_get(ctx, fields, "bundle_sha256", field, _sha256),
+        bundle_signers=_get(ctx, fields, "bundle_signers", field, _existing_file),
     )
 
 
