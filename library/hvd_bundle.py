@@ -1,15 +1,32 @@
 #!/usr/bin/python
 """Ansible module (runs on the controller): check an offline bundle and get it ready for the nodes.
 
-Checks that every file the bundle's manifest lists is there with its size (a missing one fails at once, naming the
-file and the role that needs it), copies the bundle's cache entries (the packed env, the Horovod wheel) into the
-controller cache where absent, and makes the apt repository's archive (one tar, the same bytes for the same bundle,
-its files checked by sha256 as they go in) in the controller cache.
+Checks the manifest's bytes against a pinned sha256 or an OpenSSH signature where one is given, and that every file
+it lists is there with its size (a missing one fails at once, naming the file and the role that needs it); puts the
+bundle's cache entries (the packed env, the Horovod wheel) in the controller cache, each hashed against the manifest
+(an entry already there is hashed again, never trusted by its own .sha256 file); and makes the apt repository's
+archive (one tar, the same bytes for the same bundle, its files checked by sha256 as they go in) in the controller
+cache, or reads the one there again and uses it only when it holds exactly the manifest's files.
+
+`hvdcluster up` has checked every file of the bundle by its sha256 before this runs, and written what the controller
+cache lacked from that same read: here only the controller cache's own copies are hashed, once each.
 """
 
 from __future__ import annotations
 
-from ansible.module_utils.hvd_bundle import BundleError, apt_archive, apt_digest, load, missing, seed_cache
+import os
+
+from ansible.module_utils.hvd_bundle import (
+    MANIFEST,
+    BundleError,
+    apt_archive,
+    apt_digest,
+    authenticate,
+    missing,
+    parse,
+    read_manifest,
+    seed_cache,
+)
 
 DOCUMENTATION = r"""
 module: hvd_bundle
@@ -17,6 +34,16 @@ short_description: Check an offline bundle and make its apt repository archive i
 options:
   path: {description: The bundle folder (holds manifest.yaml)., type: path, required: true}
   cache_dir: {description: The controller cache., type: path, required: true}
+  manifest_sha256:
+    description: The sha256 manifest.yaml must have (network.bundle_sha256); unchecked when empty.
+    type: str
+    default: ""
+  signers:
+    description: >-
+      An OpenSSH allowed-signers file one of whose keys must have signed manifest.yaml (manifest.yaml.sig, namespace
+      hvdcluster-bundle; network.bundle_signers); unchecked when empty.
+    type: str
+    default: ""
 author: hvdcluster
 """
 
@@ -32,12 +59,16 @@ def main() -> None:
     from ansible.module_utils.basic import AnsibleModule
 
     module = AnsibleModule(
-        argument_spec={"path": {"type": "path", "required": True}, "cache_dir": {"type": "path", "required": True}},
+        argument_spec={"path": {"type": "path", "required": True}, "cache_dir": {"type": "path", "required": True},
+                       "manifest_sha256": {"type": "str", "default": ""}, "signers": {"type": "str", "default": ""}},
         supports_check_mode=True,
     )
     folder, cache_dir = module.params["path"], module.params["cache_dir"]
     try:
-        manifest = load(folder)
+        data = read_manifest(folder)
+        if module.params["manifest_sha256"] or module.params["signers"]:
+            authenticate(folder, data, module.params["manifest_sha256"] or None, module.params["signers"] or None)
+        manifest = parse(data, os.path.join(folder, MANIFEST))
         problems = missing(folder, manifest)
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""

@@ -1,17 +1,22 @@
 """An offline bundle's manifest: every file a converge without egress needs, its sha256, size and why.
 
-Shared by the ``hvdcluster`` command (``bundle``, ``bundle --verify``, ``up --bundle``'s first check) and the
-``hvd_bundle`` module (the controller side of hvd_base, which carries the bundle's apt repository to the nodes):
-one reader, so the CLI and a hand-run ``ansible-playbook`` refuse the same bundle with the same words.
+Shared by the ``hvdcluster`` command (``bundle``, ``bundle --verify``, ``up --bundle``'s check) and the ``hvd_bundle``
+module (the controller side of hvd_base, which carries the bundle's apt repository to the nodes): one reader, so the
+CLI and a hand-run ``ansible-playbook`` refuse the same bundle with the same words.
 
 Layout of a bundle folder::
 
     manifest.yaml      this list (written last: a bundle cut short has none)
+    manifest.yaml.sig  its OpenSSH signature (``ssh-keygen -Y sign -n hvdcluster-bundle``), when it was signed
     apt/               the node OS's packages with every dependency, and their ``Packages`` index
     pypi/              the env's locked distributions (they stand in for the index: pip --no-index)
     wheelhouse/        the wheelhouse hosts.yaml offered when the bundle was made (part of the env's key)
     cache/             controller-cache entries: the packed env and the built Horovod wheel, with .sha256
     openmpi/           the Open MPI tarball, when the stack builds it from source
+
+Trust has one root: the manifest's bytes, pinned by their sha256 or signed by a key of an OpenSSH allowed-signers
+file (``authenticate``); every other file is then trusted by the sha256 the manifest gives it, and by nothing else
+(a ``.sha256`` file beside an entry is a file like the others, never a reason to skip hashing one).
 """
 
 from __future__ import annotations
@@ -20,12 +25,16 @@ import hashlib
 import io
 import os
 import shutil
+import subprocess
 import tarfile
 
 import yaml
 
 MANIFEST = "manifest.yaml"
+SIGNATURE = MANIFEST + ".sig"
+NAMESPACE = "hvdcluster-bundle"  # ssh-keygen -Y's namespace: a signature made for anything else does not count
 FORMAT = 1
+BLOCK = 1 << 20
 # What each folder is for, and the role that needs it (named when a file is missing).
 ROLES = {"apt": "hvd_base", "pypi": "hvd_pyenv", "wheelhouse": "hvd_pyenv", "openmpi": "hvd_openmpi"}
 CACHE_ROLES = {"envs": "hvd_pyenv", "horovod": "hvd_horovod"}
@@ -38,7 +47,7 @@ class BundleError(Exception):
 def sha256_of(path: str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
+        for block in iter(lambda: handle.read(BLOCK), b""):
             digest.update(block)
     return digest.hexdigest()
 
@@ -50,16 +59,28 @@ def role_of(relpath: str) -> str:
     return ROLES.get(parts[0], "hvdcluster")
 
 
-def load(folder: str) -> dict:
-    """The manifest of ``folder``: {'format', 'made', 'entries': [{path, sha256, size, why, role}]}."""
+def read_manifest(folder: str) -> bytes:
     path = os.path.join(folder, MANIFEST)
     try:
-        with open(path, encoding="utf-8") as handle:
-            doc = yaml.safe_load(handle)
+        with open(path, "rb") as handle:
+            return handle.read()
     except FileNotFoundError:
         raise BundleError(f"{path}: not found (make the bundle with `hvdcluster bundle hosts.yaml -o {folder}`)")
-    except (OSError, yaml.YAMLError) as exc:
+    except OSError as exc:
         raise BundleError(f"{path}: unreadable: {exc}")
+
+
+def load(folder: str) -> dict:
+    """The manifest of ``folder``: {'format', 'made', 'sha256', 'entries': [{path, sha256, size, why, role}]}."""
+    return parse(read_manifest(folder), os.path.join(folder, MANIFEST))
+
+
+def parse(data: bytes, path: str) -> dict:
+    """The manifest from its bytes (those ``authenticate`` judged: read once, so what was checked is what is used)."""
+    try:
+        doc = yaml.safe_load(data.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise BundleError(f"{path}: unreadable: {' '.join(str(exc).split())}")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("files"), list):
         raise BundleError(f"{path}: not an hvdcluster bundle manifest (format {FORMAT} with a files list)")
     entries = []
@@ -70,9 +91,73 @@ def load(folder: str) -> dict:
         rel = item["path"]
         if rel.startswith("/") or ".." in rel.split("/"):
             raise BundleError(f"{path}: files[{index}]: path {rel!r} leaves the bundle folder")
-        entries.append({"path": rel, "sha256": item["sha256"], "size": item["size"], "why": item.get("why", ""),
-                        "role": item.get("role") or role_of(rel)})
-    return {**doc, "entries": entries}
+        entries.append({"path": rel, "sha256": item["sha256"].lower(), "size": item["size"],
+                        "why": item.get("why", ""), "role": item.get("role") or role_of(rel)})
+    return {**doc, "sha256": hashlib.sha256(data).hexdigest(), "entries": entries}
+
+
+# --------------------------------------------------------------------------------------------- trust
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def authenticate(folder: str, data: bytes, sha256: str | None = None, signers: str | None = None) -> str:
+    """Judge the manifest's bytes: equal to the pinned sha256, and/or signed (``ssh-keygen -Y sign -n
+    hvdcluster-bundle``) by a key the allowed-signers file ``signers`` lists. Both are checked where both are given.
+    What vouched for it, in words; BundleError when nothing is given or a check fails."""
+    path = os.path.join(folder, MANIFEST)
+    if not sha256 and not signers:
+        raise BundleError(f"{path}: neither a pinned sha256 nor allowed signers were given")
+    vouched = []
+    if sha256:
+        found = hashlib.sha256(data).hexdigest()
+        if found != sha256.lower():
+            raise BundleError(f"{path}: sha256 {found}, the pinned sha256 (network.bundle_sha256) is {sha256.lower()}: "
+                              "not the bundle that was pinned")
+        vouched.append("its pinned sha256")
+    if signers:
+        vouched.append(f"the signature of {verify_signature(folder, data, signers)}")
+    return " and ".join(vouched)
+
+
+def verify_signature(folder: str, data: bytes, signers: str) -> str:
+    """The principal of ``signers`` (an OpenSSH allowed-signers file) whose key made ``folder/manifest.yaml.sig`` over
+    ``data``, checked by OpenSSH itself (``ssh-keygen -Y find-principals``, then ``-Y verify`` with the manifest's bytes
+    on its standard input)."""
+    sig = os.path.join(folder, SIGNATURE)
+    if not os.path.isfile(sig):
+        raise BundleError(f"{sig}: not found: allowed signers ({signers}) need a signed bundle "
+                          "(`hvdcluster bundle hosts.yaml -o DIR --sign KEY`)")
+    keygen = shutil.which("ssh-keygen")
+    if not keygen:
+        raise BundleError(f"{sig}: checking it needs OpenSSH's ssh-keygen, which is not on PATH")
+    try:
+        found = subprocess.run([keygen, "-Y", "find-principals", "-s", sig, "-f", signers],
+                               capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise BundleError(f"{sig}: ssh-keygen -Y find-principals failed: {exc}")
+    principals = [name.strip() for line in found.stdout.splitlines() for name in line.split(",") if name.strip()]
+    if found.returncode != 0 or not principals:
+        raise BundleError(f"{sig}: made by a key that {signers} does not list "
+                          f"({_last_line(found.stderr) or 'no principal matched'})")
+    why = ""
+    for principal in principals:
+        try:
+            check = subprocess.run([keygen, "-Y", "verify", "-f", signers, "-I", principal, "-n", NAMESPACE,
+                                    "-s", sig], input=data, capture_output=True, timeout=60, check=False)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise BundleError(f"{sig}: ssh-keygen -Y verify failed: {exc}")
+        if check.returncode == 0:
+            return principal
+        why = _last_line(check.stderr.decode(errors="replace") + check.stdout.decode(errors="replace"))
+    raise BundleError(f"{sig}: not a valid {NAMESPACE} signature of {MANIFEST} by {', '.join(principals)} "
+                      f"({why or 'verification failed'})")
+
+
+# --------------------------------------------------------------------------------------------- checks
 
 
 def missing(folder: str, manifest: dict) -> list[str]:
@@ -91,6 +176,11 @@ def missing(folder: str, manifest: dict) -> list[str]:
     return problems
 
 
+def _differs(folder: str, entry: dict, found: str) -> str:
+    return (f"{os.path.join(folder, entry['path'])}: sha256 {found}, the manifest says {entry['sha256']} "
+            f"(needed by {entry['role']}: {entry['why']})")
+
+
 def verify(folder: str, manifest: dict) -> list[str]:
     """Full check: every file's sha256; one line per file that is absent or differs."""
     problems = missing(folder, manifest)
@@ -101,9 +191,166 @@ def verify(folder: str, manifest: dict) -> list[str]:
             continue
         found = sha256_of(path)
         if found != entry["sha256"]:
-            problems.append(f"{path}: sha256 {found}, the manifest says {entry['sha256']} (needed by {entry['role']}: "
-                            f"{entry['why']})")
+            problems.append(_differs(folder, entry, found))
     return problems
+
+
+def stat_key(path: str) -> tuple[int, ...]:
+    """What changes whenever a file's content may have: its inode, size, mtime and ctime (ctime cannot be set back)."""
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class _Hashing:
+    """A file object that hashes what passes through it: read from ``source`` or written to ``sink``."""
+
+    def __init__(self, source=None, sink=None) -> None:
+        self.digest = hashlib.sha256()
+        self.source, self.sink, self.offset = source, sink, 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.source.read(size)
+        self.digest.update(data)
+        self.offset += len(data)
+        return data
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        self.offset += len(data)
+        return self.sink.write(data)
+
+    def tell(self) -> int:
+        return self.offset
+
+    def hexdigest(self) -> str:
+        return self.digest.hexdigest()
+
+
+class _Staging:
+    """Controller-cache files written under temporary names and put in place together once every check passed, or
+    removed together (with the folders made for them): a bundle that fails leaves the controller cache as it was."""
+
+    def __init__(self, cache_dir: str) -> None:
+        self.cache_dir, self.files, self.folders = cache_dir, [], []
+
+    def path(self, target: str) -> str:
+        parent = os.path.dirname(target)
+        todo = []
+        while not os.path.isdir(parent):
+            todo.append(parent)
+            parent = os.path.dirname(parent)
+        for folder in reversed(todo):
+            os.mkdir(folder, 0o700)
+            self.folders.append(folder)
+        tmp = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.{os.getpid()}.tmp")
+        self.files.append((tmp, target))
+        return tmp
+
+    def commit(self) -> list[str]:
+        for tmp, target in self.files:
+            os.replace(tmp, target)
+        return [target for _tmp, target in self.files]
+
+    def abort(self) -> None:
+        for tmp, _target in self.files:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+        for folder in reversed(self.folders):
+            try:
+                os.rmdir(folder)
+            except OSError:
+                pass
+
+
+def _copy_hashing(src: str, dest: str | None) -> str:
+    """sha256 of ``src``, read once; with ``dest``, those same bytes written there."""
+    digest = hashlib.sha256()
+    with open(src, "rb") as handle, (open(dest, "wb") if dest else io.BytesIO()) as out:
+        for block in iter(lambda: handle.read(BLOCK), b""):
+            digest.update(block)
+            if dest:
+                out.write(block)
+    return digest.hexdigest()
+
+
+def _apt_entries(folder: str, manifest: dict) -> list[dict]:
+    entries = sorted((e for e in manifest["entries"] if e["path"].startswith("apt/")), key=lambda e: e["path"])
+    if not entries:
+        raise BundleError(f"{os.path.join(folder, MANIFEST)}: lists no apt/ packages")
+    return entries
+
+
+def archive_path(manifest: dict, cache_dir: str) -> str:
+    return os.path.join(cache_dir, "bundles", f"apt-{apt_digest(manifest)[:16]}.tar")
+
+
+def _member(entry: dict) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(entry["path"][len("apt/"):])
+    info.size, info.mode, info.mtime = entry["size"], 0o644, 0
+    return info
+
+
+def _add_checked(tar: tarfile.TarFile, folder: str, entry: dict) -> str:
+    """Add one apt file to the archive, hashed as it is read (the bytes hashed are the bytes added)."""
+    with open(os.path.join(folder, entry["path"]), "rb") as handle:
+        reader = _Hashing(source=handle)
+        tar.addfile(_member(entry), reader)
+    return reader.hexdigest()
+
+
+def check(folder: str, manifest: dict, cache_dir: str | None = None, known: dict | None = None) -> dict:
+    """Every listed file by its sha256, each read once; the first that is missing, of another size or another sha256
+    raises BundleError naming it and the role that needs it. ``known``: {path: (sha256, stat_key)} of files this
+    process hashed before; one whose stat_key is unchanged is not read again. With ``cache_dir``, what the controller
+    cache lacks (a cache/ entry, the apt repository's archive) is written there from the same read, and put in place
+    only once every file passed. Returns {path: (sha256, stat_key)}."""
+    problems = missing(folder, manifest)
+    if problems:
+        more = f" (and {len(problems) - 1} more; `hvdcluster bundle --verify {folder}` lists them)" if len(
+            problems) > 1 else ""
+        raise BundleError(problems[0] + more)
+    known = known or {}
+    result, todo = {}, []
+    for entry in manifest["entries"]:
+        key = stat_key(os.path.join(folder, entry["path"]))
+        if known.get(entry["path"]) == (entry["sha256"], key):
+            result[entry["path"]] = known[entry["path"]]
+        else:
+            todo.append((entry, key))
+    staging = _Staging(cache_dir) if cache_dir else None
+    try:
+        apt = [item for item in todo if item[0]["path"].startswith("apt/")]
+        target = archive_path(manifest, cache_dir) if staging and apt else ""
+        if target and len(apt) == len(_apt_entries(folder, manifest)) and not os.path.isfile(target):
+            with open(staging.path(target), "wb") as raw, tarfile.open(fileobj=raw, mode="w",
+                                                                       format=tarfile.PAX_FORMAT) as tar:
+                for entry, key in sorted(apt, key=lambda item: item[0]["path"]):
+                    found = _add_checked(tar, folder, entry)
+                    if found != entry["sha256"]:
+                        raise BundleError(_differs(folder, entry, found))
+                    result[entry["path"]] = (found, key)
+            todo = [item for item in todo if not item[0]["path"].startswith("apt/")]
+        for entry, key in todo:
+            dest = None
+            if staging and entry["path"].startswith("cache/"):
+                target = os.path.join(cache_dir, entry["path"][len("cache/"):])
+                dest = None if os.path.exists(target) else staging.path(target)
+            found = _copy_hashing(os.path.join(folder, entry["path"]), dest)
+            if found != entry["sha256"]:
+                raise BundleError(_differs(folder, entry, found))
+            result[entry["path"]] = (found, key)
+        if staging:
+            staging.commit()
+    except BaseException:
+        if staging:
+            staging.abort()
+        raise
+    return result
+
+
+# --------------------------------------------------------------------------------------------- the controller cache
 
 
 def apt_digest(manifest: dict) -> str:
@@ -112,58 +359,79 @@ def apt_digest(manifest: dict) -> str:
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
+def _archive_holds(path: str, entries: list[dict]) -> str | None:
+    """The sha256 of the archive at ``path`` when it holds exactly the manifest's apt files (names, sizes, sha256,
+    plain files of mode 0644 owned by root), else None: read once, each member hashed against the manifest as the
+    whole is."""
+    want = [(e["path"][len("apt/"):], e["size"], e["sha256"]) for e in entries]
+    try:
+        with open(path, "rb") as raw:
+            reader = _Hashing(source=raw)
+            found = []
+            with tarfile.open(fileobj=reader, mode="r|") as tar:
+                for member in tar:
+                    if not member.isfile() or member.mode != 0o644 or member.uid or member.gid:
+                        return None
+                    digest = hashlib.sha256()
+                    handle = tar.extractfile(member)
+                    for block in iter(lambda: handle.read(BLOCK), b""):
+                        digest.update(block)
+                    found.append((member.name, member.size, digest.hexdigest()))
+            while reader.read(BLOCK):
+                pass
+    except (OSError, tarfile.TarError):
+        return None
+    return reader.hexdigest() if found == want else None
+
+
 def apt_archive(folder: str, manifest: dict, cache_dir: str) -> tuple[str, str, bool]:
     """The apt repository as one uncompressed tar in ``cache_dir/bundles`` (the same bytes for the same bundle:
-    sorted names, owner root, time 0), made when absent from files checked against the manifest's sha256 as they
-    are read. (path, its sha256 - also in ``<path>.sha256`` -, made now)."""
-    entries = sorted((e for e in manifest["entries"] if e["path"].startswith("apt/")), key=lambda e: e["path"])
-    if not entries:
-        raise BundleError(f"{os.path.join(folder, MANIFEST)}: lists no apt/ packages")
-    target = os.path.join(cache_dir, "bundles", f"apt-{apt_digest(manifest)[:16]}.tar")
+    sorted names, owner root, time 0). One already there is read again and used only when it holds exactly the
+    manifest's files; else it is made from the bundle's files, each checked against the manifest's sha256 as it is
+    read. (path, its sha256, made now)."""
+    entries = _apt_entries(folder, manifest)
+    target = archive_path(manifest, cache_dir)
+    if os.path.isfile(target):
+        held = _archive_holds(target, entries)
+        if held:
+            return target, held, False
+    staging = _Staging(cache_dir)
     try:
-        with open(target + ".sha256", encoding="ascii") as handle:
-            recorded = handle.read().split()[0]
-        if os.path.isfile(target):
-            return target, recorded, False
-    except (OSError, IndexError):
-        pass
-    os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
-    tmp = f"{target}.{os.getpid()}.tmp"
-    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
-        for entry in entries:
-            path = os.path.join(folder, entry["path"])
-            with open(path, "rb") as handle:
-                data = handle.read()
-            if hashlib.sha256(data).hexdigest() != entry["sha256"]:
-                os.unlink(tmp)
-                raise BundleError(f"{path}: sha256 differs from the manifest (needed by {entry['role']}: "
-                                  f"{entry['why']}); run `hvdcluster bundle --verify {folder}`")
-            info = tarfile.TarInfo(entry["path"][len("apt/"):])
-            info.size, info.mode, info.mtime = len(data), 0o644, 0
-            tar.addfile(info, io.BytesIO(data))
-    digest = sha256_of(tmp)
-    with open(target + ".sha256", "w", encoding="ascii") as handle:
-        handle.write(f"{digest}  {os.path.basename(target)}\n")
-    os.replace(tmp, target)
-    return target, digest, True
+        with open(staging.path(target), "wb") as raw:
+            writer = _Hashing(sink=raw)
+            with tarfile.open(fileobj=writer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                for entry in entries:
+                    found = _add_checked(tar, folder, entry)
+                    if found != entry["sha256"]:
+                        raise BundleError(f"{_differs(folder, entry, found)}; run `hvdcluster bundle --verify {folder}`")
+        staging.commit()
+    except BaseException:
+        staging.abort()
+        raise
+    return target, writer.hexdigest(), True
 
 
 def seed_cache(folder: str, manifest: dict, cache_dir: str) -> list[str]:
-    """Copy the bundle's cache/ entries (and their .sha256) into the controller cache where absent; the roles
-    verify each by its sha256 before use. The paths copied."""
-    copied = []
-    for entry in manifest["entries"]:
-        if not entry["path"].startswith("cache/"):
-            continue
-        target = os.path.join(cache_dir, entry["path"][len("cache/"):])
-        if os.path.isfile(target) and os.stat(target).st_size == entry["size"]:
-            continue
-        os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
-        tmp = f"{target}.{os.getpid()}.tmp"
-        shutil.copyfile(os.path.join(folder, entry["path"]), tmp)
-        os.replace(tmp, target)
-        copied.append(target)
-    return copied
+    """The bundle's cache/ entries (and their .sha256) in the controller cache. An entry already there is hashed again
+    and kept only when it is what the manifest says (its own .sha256 file proves nothing); else the bundle's file is
+    copied, hashed as it is read, and every copy is put in place only once all matched the manifest. The paths
+    copied."""
+    staging = _Staging(cache_dir)
+    try:
+        for entry in manifest["entries"]:
+            if not entry["path"].startswith("cache/"):
+                continue
+            target = os.path.join(cache_dir, entry["path"][len("cache/"):])
+            if os.path.isfile(target) and os.stat(target).st_size == entry["size"] and (
+                    sha256_of(target) == entry["sha256"]):
+                continue
+            found = _copy_hashing(os.path.join(folder, entry["path"]), staging.path(target))
+            if found != entry["sha256"]:
+                raise BundleError(_differs(folder, entry, found))
+        return staging.commit()
+    except BaseException:
+        staging.abort()
+        raise
 
 
 def dump(entries: list[dict], made: dict) -> str:
