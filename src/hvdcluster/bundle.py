@@ -1,7 +1,8 @@
 """``hvdcluster bundle``: gather an offline bundle on a connected node; ``bundle --verify``; ``up --bundle``'s check.
 
-The manifest's reader and the bundle's layout live in ``module_utils/hvd_bundle.py``, which the controller-side
-module of hvd_base uses too: the command and a hand-run playbook judge a bundle alike.
+The manifest's reader, its trust (a pinned sha256 or an OpenSSH signature) and the bundle's layout live in
+``module_utils/hvd_bundle.py``, which the controller-side module of hvd_base uses too: the command and a hand-run
+playbook judge a bundle alike.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import subprocess
 import tarfile
 import time
 import urllib.request
@@ -21,9 +23,11 @@ from typing import Any
 from . import paths
 from .errors import HvdError
 
-# Folders whose files the manifest lists; a file in one of them that no longer belongs is removed on a re-run.
+# Folders whose files the manifest lists; `bundle --verify` names a file in one of them that the manifest does not list.
 FOLDERS = ("apt", "pypi", "wheelhouse", "cache", "openmpi")
 WHEELHOUSE_PATTERNS = (".whl", ".tar.gz", ".zip")  # what hvd_pyenv offers from a wheelhouse
+# Left in a bundle folder from a run's start: a run cut short before its manifest may be run again into it.
+MARKER = ".hvdcluster-bundle"
 
 
 @cache
@@ -44,15 +48,43 @@ def load(folder: str | os.PathLike[str]) -> dict:
         raise HvdError(str(exc)) from None
 
 
-def check_usable(folder: str | os.PathLike[str]) -> dict:
-    """``up --bundle``'s first step (names and sizes, no hashing, no node touched): exit 2 naming the first missing
-    file and the role that needs it."""
-    manifest = load(folder)
-    problems = manifest_lib().missing(str(folder), manifest)
-    if problems:
-        more = f" (and {len(problems) - 1} more; `hvdcluster bundle --verify {folder}` lists them)" if len(
-            problems) > 1 else ""
-        raise HvdError(f"bundle: {problems[0]}{more}")
+# {bundle folder: (manifest sha256, when the check began, {path: (sha256, stat key)})}: the files this process checked.
+# `up` reads hosts.yaml twice (its fast path, then a full converge): the second check hashes only files whose inode,
+# size, mtime or ctime changed since the first (and those changed in the second before it began: a file system's
+# clock is coarse, so a change that recent could leave the same times). The first check also writes what the
+# controller cache lacks from that same read, so hvd_base's module (another process) does not read the bundle's files
+# again: it hashes only the controller cache's own copies. Handing it the digests instead would make the module trust
+# a value it cannot check.
+_CHECKED: dict[str, tuple[str, int, dict]] = {}
+_RACY_NS = 1_000_000_000
+
+
+def check_trusted(folder: str | os.PathLike[str], *, sha256: str | None, signers: str | None, hosts: str,
+                  cache_dir: str | os.PathLike[str] | None = None) -> dict:
+    """``up --bundle``'s check, before any node is contacted: the manifest must match the pinned sha256
+    (network.bundle_sha256) or carry a valid OpenSSH signature by one of network.bundle_signers; then every file it
+    lists must have its sha256. Exit 2 naming the first file that differs and the role that needs it. With
+    ``cache_dir``, what the controller cache lacks is written there from that same read, once every file passed."""
+    lib = manifest_lib()
+    folder = str(folder)
+    if not sha256 and not signers:
+        raise HvdError(f"bundle: {Path(folder) / lib.MANIFEST} is not pinned: set network.bundle_sha256 in {hosts} to "
+                       "the manifest sha256 `hvdcluster bundle` printed where it was made, or network.bundle_signers "
+                       "to an OpenSSH allowed-signers file for a bundle made with --sign KEY")
+    try:
+        data = lib.read_manifest(folder)
+        lib.authenticate(folder, data, sha256, signers)
+        manifest = lib.parse(data, os.path.join(folder, lib.MANIFEST))
+        before = _CHECKED.get(folder)
+        known = {rel: found for rel, found in before[2].items() if found[1][-1] < before[1] - _RACY_NS} if (
+            before and before[0] == manifest["sha256"]) else None
+        began = time.time_ns()
+        checked = lib.check(folder, manifest, str(cache_dir) if cache_dir else None, known)
+    except lib.BundleError as exc:
+        raise HvdError(f"bundle: {exc}") from None
+    except OSError as exc:
+        raise HvdError(f"bundle: {folder}: {exc}") from None
+    _CHECKED[folder] = (manifest["sha256"], began, checked)
     return manifest
 
 
@@ -81,7 +113,7 @@ def _sha256(path: Path) -> str:
 
 
 def held(folder: Path) -> dict[str, str]:
-    """What the bundle folder already holds, as its manifest says, where the file is there with its size."""
+    """What the bundle folder already holds, as its manifest says, where the file is there with that sha256."""
     try:
         manifest = manifest_lib().load(str(folder))
     except manifest_lib().BundleError:
@@ -89,9 +121,42 @@ def held(folder: Path) -> dict[str, str]:
     have = {}
     for entry in manifest["entries"]:
         path = folder / entry["path"]
-        if path.is_file() and path.stat().st_size == entry["size"]:
+        if path.is_file() and path.stat().st_size == entry["size"] and _sha256(path) == entry["sha256"]:
             have[entry["path"]] = entry["sha256"]
     return have
+
+
+def earlier_listing(dest: Path) -> set[str]:
+    """``bundle -o DIR``: the paths an earlier manifest of DIR listed (the only files a run may remove). A folder that
+    is not empty and holds no manifest (nor the marker of a run cut short) is refused: it is not a bundle."""
+    lib = manifest_lib()
+    if dest.exists() and not dest.is_dir():
+        raise HvdError(f"-o/--out: {dest} is a file; name the bundle folder")
+    if not (dest / lib.MANIFEST).exists():
+        if dest.is_dir() and any(dest.iterdir()) and not (dest / MARKER).is_file():
+            raise HvdError(f"-o/--out: {dest} is not empty and holds no {lib.MANIFEST}: not a bundle folder; name an "
+                           "empty or new folder, or an earlier bundle (nothing was changed)")
+        return set()
+    try:
+        return {entry["path"] for entry in lib.load(str(dest))["entries"]}
+    except lib.BundleError as exc:
+        raise HvdError(f"-o/--out: {exc}; name another folder (nothing was changed)") from None
+
+
+def sign(dest: Path, key: str) -> Path:
+    """``bundle --sign KEY``: OpenSSH's own signature of manifest.yaml (``ssh-keygen -Y sign``), manifest.yaml.sig."""
+    lib = manifest_lib()
+    manifest, signature = dest / lib.MANIFEST, dest / lib.SIGNATURE
+    signature.unlink(missing_ok=True)  # ssh-keygen would ask before replacing it (and exit 0 when told no)
+    try:  # a passphrase is asked on the terminal, not on standard input
+        proc = subprocess.run(["ssh-keygen", "-Y", "sign", "-f", key, "-n", lib.NAMESPACE, str(manifest)],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise HvdError(f"--sign: cannot run ssh-keygen: {exc}") from None
+    if proc.returncode != 0 or not signature.is_file():
+        why = " ".join(proc.stderr.split()) or f"exit code {proc.returncode}"
+        raise HvdError(f"--sign: ssh-keygen -Y sign -f {key} failed: {why}")
+    return signature
 
 
 def copy_if_changed(src: Path, dest: Path, sha256: str | None = None) -> bool:
@@ -162,7 +227,11 @@ def cache_entries(keys: dict[str, str], cache_dir: Path, dest: Path) -> list[dic
         if not (path.is_file() and sidecar.is_file()):
             raise HvdError(f"bundle: {path} (or its .sha256) is not in the controller cache: the resolver's converge "
                            "did not leave it there; run the bundle again")
-        sha = sidecar.read_text().split()[0]
+        sha = _sha256(path)  # hashed again: a cache entry is never trusted by its own .sha256 file
+        recorded = (sidecar.read_text().split() or [""])[0]
+        if sha != recorded:
+            raise HvdError(f"bundle: {path}: sha256 {sha}, its .sha256 says {recorded}: a damaged controller-cache "
+                           "entry; remove it (and its .sha256) and run the bundle again")
         for item, item_why in ((path, why), (sidecar, f"the sha256 of {path.name}")):
             rel = f"cache/{item.relative_to(cache_dir)}"
             item_sha = sha if item is path else _sha256(item)
@@ -194,8 +263,12 @@ def unpack_incoming(dest: Path) -> list[str]:
     return names
 
 
-def finish(dest: Path, collected: dict[str, Any], extra: list[dict[str, Any]], resolver: str) -> dict[str, Any]:
-    """Complete the entries (sizes of files already held), drop files no longer listed, write the manifest last."""
+def finish(dest: Path, collected: dict[str, Any], extra: list[dict[str, Any]], resolver: str,
+           earlier: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Complete the entries (sizes of files already held), remove the files an earlier manifest (``earlier``) listed
+    and this one does not (nothing else is ever removed), write the manifest last (an unchanged one is kept as it
+    was: the same sha256, its signature still valid)."""
+    lib = manifest_lib()
     entries = []
     for item in collected.get("files") or []:
         path = dest / item["path"]
@@ -204,19 +277,28 @@ def finish(dest: Path, collected: dict[str, Any], extra: list[dict[str, Any]], r
         entries.append({**item, "size": path.stat().st_size})
     entries += extra
     listed = {e["path"] for e in entries}
-    removed = [rel for rel in _present(dest) if rel not in listed]
+    removed = [rel for rel in sorted(earlier - listed) if (dest / rel).is_file() or (dest / rel).is_symlink()]
     for rel in removed:
         (dest / rel).unlink()
     made = {"by": "hvdcluster bundle", "resolver": resolver, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "keys": collected.get("keys") or {}}
-    text = manifest_lib().dump(entries, made)
-    tmp = dest / f".manifest.{os.getpid()}.tmp"
-    tmp.write_text(text)
-    os.replace(tmp, dest / "manifest.yaml")
+    data = lib.dump(entries, made).encode("utf-8")
+    try:  # a bundle that did not change keeps its manifest (and so its pin and its signature)
+        previous = (dest / lib.MANIFEST).read_bytes()
+        at = lib.parse(previous, str(dest / lib.MANIFEST))["made"]["at"]
+        if lib.dump(entries, {**made, "at": at}).encode("utf-8") == previous:
+            data = previous
+    except (OSError, lib.BundleError, KeyError, TypeError):
+        pass
+    if not (dest / lib.MANIFEST).is_file() or data != (dest / lib.MANIFEST).read_bytes():
+        (dest / lib.SIGNATURE).unlink(missing_ok=True)  # it signed the manifest this one replaces
+        tmp = dest / f".manifest.{os.getpid()}.tmp"
+        tmp.write_bytes(data)
+        os.replace(tmp, dest / lib.MANIFEST)
     sizes: dict[str, int] = {}
     for entry in entries:
         top = entry["path"].split("/")[0]
         sizes[top] = sizes.get(top, 0) + entry["size"]
     return {"dir": str(dest), "files": len(entries), "bytes": sum(sizes.values()), "by_folder": sizes,
-            "manifest_sha256": hashlib.sha256(text.encode()).hexdigest(), "removed": removed,
+            "manifest_sha256": hashlib.sha256(data).hexdigest(), "removed": removed,
             "unavailable": collected.get("unavailable") or []}

@@ -50,7 +50,8 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def load_and_resolve(path: str, bundle_dir: str | None = None) -> tuple[spec.ClusterSpec, compat.Plan]:
     """hosts.yaml, validated, and its stack resolved: bad input or an impossible stack stop here (exit 2). With an
-    offline bundle (``--bundle`` or network.bundle) every file it lists must be there (names and sizes)."""
+    offline bundle (``--bundle`` or network.bundle) its manifest must be pinned or signed, and every file it lists must
+    have its sha256."""
     cluster = with_bundle(spec.load(path), bundle_dir)
     plan = compat.resolve(cluster.stack, lines=cluster.stack_lines, path=cluster.path)
     mpi = plan.stack.get("mpi") or {}
@@ -62,7 +63,9 @@ def load_and_resolve(path: str, bundle_dir: str | None = None) -> tuple[spec.Clu
 
 
 def with_bundle(cluster: spec.ClusterSpec, folder: str | None) -> spec.ClusterSpec:
-    """``--bundle DIR`` in network.bundle's place; then the bundle's quick check (exit 2 naming a missing file)."""
+    """``--bundle DIR`` in network.bundle's place; then the bundle's check, before any node is contacted: its manifest
+    pinned (network.bundle_sha256) or signed (network.bundle_signers), then every file by its sha256 (exit 2 naming the
+    first that differs); what the controller cache lacks is written there from that same read."""
     from dataclasses import replace
 
     from . import bundle
@@ -78,7 +81,9 @@ def with_bundle(cluster: spec.ClusterSpec, folder: str | None) -> spec.ClusterSp
             raise HvdError(f"--bundle: {path} {problem}; make the bundle with `hvdcluster bundle hosts.yaml -o DIR`")
         cluster = replace(cluster, network=replace(cluster.network, bundle=str(path)))
     if cluster.network.bundle:
-        bundle.check_usable(cluster.network.bundle)
+        net = cluster.network
+        bundle.check_trusted(net.bundle, sha256=net.bundle_sha256, signers=net.bundle_signers, hosts=cluster.path,
+                             cache_dir=paths.controller_cache())
     return cluster
 
 
@@ -463,31 +468,36 @@ def cmd_bundle(args: argparse.Namespace) -> int:
 
     if args.verify:
         problems = bundle.verify(args.verify)
-        count = len(bundle.load(args.verify)["entries"])
+        manifest = bundle.load(args.verify)
+        count = len(manifest["entries"])
         if args.json:
-            dump_json(sys.stdout, {"dir": args.verify, "files": count, "ok": not problems, "problems": problems})
+            dump_json(sys.stdout, {"dir": args.verify, "files": count, "ok": not problems, "problems": problems,
+                                   "manifest_sha256": manifest["sha256"]})
         else:
             for line in problems:
                 print(line)
             print(f"{args.verify}: {count} files checked by sha256: "
                   + (f"{len(problems)} problems" if problems else "every file is the one the manifest names"))
+            print(f"  manifest sha256 {manifest['sha256']} (the one `hvdcluster bundle` printed, if it is that bundle)")
         return EXIT_FAILED if problems else EXIT_OK
     if not args.hosts or not args.out:
         raise HvdError("bundle: name the cluster's hosts.yaml and the bundle folder: hvdcluster bundle hosts.yaml -o DIR")
     check_environment()
     output = check_output(args.inventories)
     dest = Path(args.out).expanduser().resolve()
-    if dest.exists() and not dest.is_dir():
-        raise HvdError(f"-o/--out: {dest} is a file; name the bundle folder")
-    cluster, plan = load_and_resolve(args.hosts)
-    if cluster.network.bundle:
-        raise HvdError(f"{cluster.path}: network.bundle is set: a bundle is gathered on a connected node "
+    earlier = bundle.earlier_listing(dest)  # what a re-run may remove; a folder that is no bundle is refused
+    if args.sign and not (os.path.isfile(args.sign) and os.access(args.sign, os.R_OK)):
+        raise HvdError(f"--sign: {args.sign}: not a readable file; name an OpenSSH private key (ssh-keygen -Y sign)")
+    if spec.load(args.hosts).network.bundle:
+        raise HvdError(f"{args.hosts}: network.bundle is set: a bundle is gathered on a connected node "
                        "(use a hosts.yaml without it)")
+    cluster, plan = load_and_resolve(args.hosts)
     names = [h.name for h in cluster.hosts]
     node = args.node or names[0]
     if node not in names:
         raise HvdError(f"--node: unknown host {node!r} (hosts of {cluster.path}: {', '.join(names)})")
     dest.mkdir(parents=True, exist_ok=True)
+    (dest / bundle.MARKER).touch()  # a run cut short before its manifest may run again into this folder
     console = _console(args)
     have = bundle.held(dest)
     extra = bundle.wheelhouse_entries(cluster.network.wheelhouse, dest) + bundle.openmpi_entries(plan.stack, dest)
@@ -507,7 +517,9 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     collected = tracker.stats.get("hvd_bundle") or {}
     fetched = bundle.unpack_incoming(dest)
     extra += bundle.cache_entries(collected.get("keys") or {}, paths.controller_cache(), dest)
-    summary = {**bundle.finish(dest, collected, extra, node), "fetched": fetched, "resolver": node}
+    summary = {**bundle.finish(dest, collected, extra, node, earlier), "fetched": fetched, "resolver": node}
+    if args.sign:
+        summary["signature"] = str(bundle.sign(dest, args.sign))
     if args.json:
         dump_json(sys.stdout, summary)
         return EXIT_OK
@@ -518,6 +530,8 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     if summary["unavailable"]:
         console.write(f"  not in {node}'s apt sources (installed some other way, not carried): "
                       f"{', '.join(summary['unavailable'])}")
+    console.write(f"  manifest sha256 {summary['manifest_sha256']}: pin it as network.bundle_sha256 in the hosts.yaml "
+                  "that uses this bundle" + (f"; signed: {summary['signature']}" if args.sign else ""))
     console.write(f"  check it anywhere: hvdcluster bundle --verify {dest}")
     console.write(f"  use it: hvdcluster up hosts.yaml --bundle {dest}   (or network.bundle in hosts.yaml)")
     return EXIT_OK
@@ -639,6 +653,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node", help="the host of hosts.yaml to resolve on (default: the first)")
     p.add_argument("--inventories", default="inventories",
                    help="folder that holds the inventory folder <cluster>/ (default: ./inventories)")
+    p.add_argument("--sign", metavar="KEY",
+                   help="sign DIR/manifest.yaml with this OpenSSH private key (ssh-keygen -Y sign -n hvdcluster-bundle): "
+                   "DIR/manifest.yaml.sig, checked by up against network.bundle_signers")
     p.add_argument("--verify", metavar="DIR", help="re-check every file of the bundle DIR by its sha256; change nothing")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.set_defaults(func=cmd_bundle)
