@@ -325,7 +325,8 @@ def _converge(args: argparse.Namespace, playbook: str, what: str, command: str) 
             unrepaired = _close_loop(root, cluster, tracker, events, desired, converged=converged,
                                      records_current=records_current)
             if tracker.ok and result.rc == 0 and not args.limit and not unrepaired:
-                nodestate.record_inputs(root, inputs)  # the fast path's reference
+                # after the run: a first converge makes the cluster key, which is one of the inputs
+                nodestate.record_inputs(root, nodestate.inputs_digest(root))  # the fast path's reference
     extra = {"converged": [h for h, s in tracker.hosts.items() if (s.ok or s.changed) and not s.unrepaired]
              } if playbook == "site.yml" else {}
     return _finish(args, console, cluster, root, tracker, result, extra, unrepaired)

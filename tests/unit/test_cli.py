@@ -574,3 +574,28 @@ def test_up_converges_every_node_when_the_fast_path_cannot_be_trusted(hosts, ren
     assert cli.main(["up", str(hosts), "-o", str(rendered), *argv]) == 0
     assert converged == ["site.yml"] and recorded.calls == []
     assert nodestate.recorded_inputs(root)  # the full converge decides about it, not the fast path
+
+
+def test_a_first_converge_that_makes_the_cluster_key_is_recorded_with_it(hosts, rendered, monkeypatch,
+                                                                         capsys) -> None:
+    """The cluster key is made during the first converge and is one of the inputs: the digest recorded is the one
+    after the run, so the next `up` takes the fast path."""
+    from hvdcluster import nodestate
+
+    root = rendered / "c1"
+    fake = FakeRun()
+    fake.after = {"gpu01": dict(SHARED), "gpu02": dict(SHARED)}
+    real_call = fake.__call__
+
+    def converge(*a, **kw):
+        (root / "ssh").mkdir(exist_ok=True)
+        (root / "ssh" / "id_ed25519.pub").write_text("ssh-ed25519 AAAAC3Nza hvdcluster@c1\n")
+        return real_call(*a, **kw)
+
+    monkeypatch.setattr(cli, "_tracked_run", converge)
+    assert cli.main(["up", str(hosts), "-o", str(rendered), "--full"]) == 0
+    assert nodestate.recorded_inputs(root) == nodestate.inputs_digest(root)
+    fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": dict(SHARED)})
+    capsys.readouterr()
+    assert cli.main(["up", str(hosts), "-o", str(rendered), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fast_path"]["in_sync"] == ["gpu01", "gpu02"]
