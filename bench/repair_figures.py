@@ -1,0 +1,72 @@
+"""Benchmark (prints figures, asserts nothing): the day-2 loop on one drifted node of a 3-node cluster.
+
+  converge     3 nodes (the controller cache is used: the env and the wheel are built only when missing)
+  per drift    check (detect) + up (repair on the fast path, the post-flight proving every node, the read-back
+               of the loop contract) + check again; target: detect + repair + prove <= 30 s
+  drifts       an added .pth in the env (the env installed again from the cache, Horovod on top), a wrong IP in
+               the /etc/hosts block (hvd_base), an unheld package (hvd_openmpi)
+
+Run from the checkout after tests/setup.sh:  .venv/bin/python bench/repair_figures.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.lab import Lab, build_image  # noqa: E402
+
+STACK = {"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]}}
+HVDCLUSTER = str(Path(sys.executable).parent / "hvdcluster")
+SITE = "/opt/hvd/env/lib/python3.11/site-packages"
+DRIFTS = {
+    "a .pth added to the env": f"echo 'import os' > {SITE}/zz-hook.pth",
+    "a wrong IP in the /etc/hosts block": ("sed 's/^[0-9.]* node3 /10.99.99.99 node3 /' /etc/hosts > /root/h "
+                                           "&& cat /root/h > /etc/hosts"),
+    "Open MPI unheld": "apt-mark unhold openmpi-bin",
+}
+
+
+def timed(lab: Lab, *args: str) -> tuple[float, int, dict]:
+    start = time.monotonic()
+    proc = subprocess.run([HVDCLUSTER, *args, "--json"], cwd=lab.workdir, env=os.environ, capture_output=True,
+                          text=True)
+    seconds = time.monotonic() - start
+    try:
+        doc = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        sys.exit(f"hvdcluster {' '.join(args)}: no JSON (rc {proc.returncode}):\n{proc.stderr[-4000:]}")
+    return seconds, proc.returncode, doc
+
+
+def main() -> None:
+    build_image()
+    with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:
+        lab = Lab("benchr", 3, Path(tmp), slots=1, stack=STACK)
+        lab.up()
+        try:
+            seconds, rc, _ = timed(lab, "up", "hosts.yaml")
+            print(f"converge, 3 nodes: {seconds:.1f} s (rc {rc})")
+            for name, command in DRIFTS.items():
+                lab.exec(2, "sh", "-c", command)
+                detect, rc1, _ = timed(lab, "check", "hosts.yaml")
+                repair, rc2, up = timed(lab, "up", "hosts.yaml")
+                again, rc3, _ = timed(lab, "check", "hosts.yaml")
+                total = detect + repair
+                print(f"{name}: check {detect:.1f} s (rc {rc1}), up {repair:.1f} s (rc {rc2}, repaired "
+                      f"{up.get('converged')}), check again {again:.1f} s (rc {rc3}); detect + repair + prove "
+                      f"{total:.1f} s (target <= 30 s)")
+        finally:
+            lab.down()
+
+
+if __name__ == "__main__":
+    main()
