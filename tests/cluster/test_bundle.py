@@ -3,12 +3,16 @@
 The bundle is gathered on a connected node of the same image (its own apt and pip resolve everything, behind this
 machine's proxy: the CA bundle and the wheelhouse of hosts.yaml). Then two bare nodes on a Docker network created
 `--internal` (no route out), reached only through a bastion, converge from the bundle alone to a passing allreduce
-(hvd_verify's post-flight): apt reads the bundle's local repository only, pip runs with --no-index. A bundle with
-one file removed fails at once naming that file and its role; `bundle --verify` catches a flipped byte.
+(hvd_verify's post-flight), with an empty controller cache: apt reads the bundle's local repository only, pip runs
+with --no-index. The bundle is signed (`bundle --sign`) and hosts.yaml names its signer (network.bundle_signers).
+A bundle with one file removed fails at once naming that file and its role; an unpinned bundle, and one whose packed
+env has a byte changed (its .sha256 made again), are refused before any node or the controller cache is touched;
+`bundle --verify` catches a flipped byte.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
@@ -18,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import Cli, run_events
+from tests.cluster.conftest import Cli, run_events, task_outcomes
 from tests.lab import IMAGE, LABEL, Lab, docker
 
 pytestmark = pytest.mark.containers
@@ -56,19 +60,22 @@ def in_node(container: str, script: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def made(installed: Path, node_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """The bundle, gathered on a connected node of the node image (converged first)."""
+    """The bundle, gathered on a connected node of the node image (converged first), signed by its builder's key."""
     lab = Lab("gapsrc", 1, tmp_path_factory.mktemp("gapsrc"), stack=STACK)
     lab.up()
     out = lab.workdir / "bundle"
-    proc = Cli(installed, lab.workdir)("bundle", "hosts.yaml", "-o", str(out), "--json")
+    key = lab.workdir / "bundle_signer"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "builder@lab", "-f", str(key)], check=True)
+    proc = Cli(installed, lab.workdir)("bundle", "hosts.yaml", "-o", str(out), "--json", "--sign", str(key))
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    yield {"lab": lab, "dir": out, "first": json.loads(proc.stdout), "cli": Cli(installed, lab.workdir)}
+    yield {"lab": lab, "dir": out, "first": json.loads(proc.stdout), "cli": Cli(installed, lab.workdir), "key": key}
     lab.down()
 
 
 @pytest.fixture(scope="module")
 def gapped(installed: Path, made: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Two bare nodes with no route out, a bastion, and a hosts.yaml whose only source is the bundle."""
+    """Two bare nodes with no route out, a bastion, and a hosts.yaml whose only source is the bundle, trusted through
+    its signer (allowed_signers); hosts-unpinned.yaml names neither a pin nor a signer."""
     down()
     work = tmp_path_factory.mktemp(NAME)
     key = work / "controller_key"
@@ -87,14 +94,17 @@ def gapped(installed: Path, made: dict, tmp_path_factory: pytest.TempPathFactory
     port = int(docker("port", BASTION, "22/tcp").splitlines()[0].rsplit(":", 1)[1])
     host_key = " ".join(docker("exec", BASTION, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").split()[:2])
     hosts = [f"  - {{name: node{i}, address: {node}, slots: 1}}" for i, node in enumerate(NODES, 1)]
-    (work / "hosts.yaml").write_text("\n".join([
-        f"cluster: {NAME}",
-        "ssh:",
-        f"  identity: {key.name}",
-        f"  proxy_jump: {{host: 127.0.0.1, port: {port}, host_key: '{host_key}'}}",
-        "hosts:", *hosts,
-        f"stack: {json.dumps(STACK)}",
-        f"network: {{bundle: '{made['dir']}'}}", ""]))
+    signer = " ".join(made["key"].with_suffix(".pub").read_text().split()[:2])
+    (work / "allowed_signers").write_text(f"builder@lab {signer}\n")
+    for name, trust in (("hosts.yaml", ", bundle_signers: allowed_signers"), ("hosts-unpinned.yaml", "")):
+        (work / name).write_text("\n".join([
+            f"cluster: {NAME}",
+            "ssh:",
+            f"  identity: {key.name}",
+            f"  proxy_jump: {{host: 127.0.0.1, port: {port}, host_key: '{host_key}'}}",
+            "hosts:", *hosts,
+            f"stack: {json.dumps(STACK)}",
+            f"network: {{bundle: '{made['dir']}'{trust}}}", ""]))
     yield work
     down()
 
@@ -112,6 +122,8 @@ def test_the_bundle_lists_every_file_with_its_sha256_size_and_why(made: dict) ->
     assert re.search(r"path: cache/envs/env-[0-9a-f]{16}\.tar\.zst\n", manifest)
     assert re.search(r"path: cache/horovod/[0-9a-f]{16}/horovod-0\.28\.1-\S+\.whl\n", manifest)
     assert re.search(r"path: pypi/horovod-0\.28\.1\.tar\.gz\n", manifest)
+    assert doc["manifest_sha256"] == hashlib.sha256((folder / "manifest.yaml").read_bytes()).hexdigest()
+    assert doc["signature"] == str(folder / "manifest.yaml.sig") and (folder / "manifest.yaml.sig").is_file()
     verify = made["cli"]("bundle", "--verify", str(folder))
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
@@ -122,6 +134,9 @@ def test_a_second_bundle_run_fetches_nothing_that_did_not_change(made: dict) -> 
     doc = json.loads(proc.stdout)
     assert doc["fetched"] == [] and doc["removed"] == [], doc
     assert doc["files"] == made["first"]["files"]
+    # nothing changed: the manifest is kept as it was, so its pin and its signature still hold
+    assert doc["manifest_sha256"] == made["first"]["manifest_sha256"]
+    assert (made["dir"] / "manifest.yaml.sig").is_file()
 
 
 def test_bundle_verify_catches_a_flipped_byte(made: dict, tmp_path: Path) -> None:
@@ -155,9 +170,45 @@ def test_a_bundle_with_one_file_removed_fails_at_once_naming_it_and_touches_no_n
         assert in_node(node, "test -e /etc/apt/apt.conf.d/01hvdcluster-bundle").returncode == 1
 
 
+def test_an_unpinned_or_poisoned_bundle_is_refused_before_any_node_is_contacted(
+        installed: Path, made: dict, gapped: Path, tmp_path: Path) -> None:
+    cli, cache = Cli(installed, gapped), tmp_path / "cache"
+    proc = cli("up", "hosts-unpinned.yaml", env={"HVDCLUSTER_CACHE": str(cache)})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "is not pinned: set network.bundle_sha256" in proc.stderr
+    # the packed env with one byte changed and its .sha256 made again (sizes kept; the signed manifest untouched)
+    copy = tmp_path / "poisoned"
+    subprocess.run(["cp", "-al", str(made["dir"]), str(copy)], check=True)
+    [env] = sorted((copy / "cache" / "envs").glob("env-*.tar.zst"))
+    data = bytearray(env.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    for path, content in ((env, bytes(data)), (env.with_name(env.name + ".sha256"),
+                                               f"{hashlib.sha256(data).hexdigest()}  {env.name}\n".encode())):
+        path.unlink()  # break the hard link before writing: the original stays intact
+        path.write_bytes(content)
+    start = time.monotonic()
+    proc = cli("up", "hosts.yaml", "--bundle", str(copy), env={"HVDCLUSTER_CACHE": str(cache)})
+    took = time.monotonic() - start
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert f"{env}: sha256 {hashlib.sha256(data).hexdigest()}, the manifest says" in proc.stderr, proc.stderr
+    assert "(needed by hvd_pyenv" in proc.stderr, proc.stderr
+    assert took < 30, took  # the check comes before any node is contacted
+    assert not cache.exists() or not any(cache.iterdir()), sorted(cache.rglob("*"))
+    assert not (gapped / "inventories").exists()
+    for node in NODES:
+        assert in_node(node, "test -e /etc/apt/apt.conf.d/01hvdcluster-bundle").returncode == 1
+
+
 @pytest.fixture(scope="module")
-def converged(installed: Path, gapped: Path) -> dict:
-    rc, doc, err = Cli(installed, gapped).up_json()
+def gap_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty controller cache: the env and the wheel must come from the bundle, not from this machine's cache."""
+    return tmp_path_factory.mktemp("gap-cache")
+
+
+@pytest.fixture(scope="module")
+def converged(installed: Path, gapped: Path, gap_cache: Path) -> dict:
+    rc, doc, err = Cli(installed, gapped).up_json(env={"HVDCLUSTER_CACHE": str(gap_cache)})
     assert rc == 0, err[-8000:]
     return doc
 
@@ -170,8 +221,10 @@ def test_nodes_with_no_route_out_converge_from_the_bundle_to_a_passing_allreduce
     repo = [c for c in converged["transfers"]["copies"] if c["artifact"] == "apt-repository"]
     assert sorted((c["from"], c["to"], c["ok"]) for c in repo) == [("controller", "node1", True),
                                                                     ("controller", "node2", True)], repo
-    ran = {e["event_data"].get("task") for e in run_events(converged["log"]) if e.get("event") == "runner_on_ok"}
-    assert any(task and "allreduce" in task.lower() for task in ran), sorted(t for t in ran if t)
+    # the allreduce ran and every rank's sum was right (a skipped allreduce, or the note saying why, proves nothing)
+    tasks = task_outcomes(converged["log"])
+    assert tasks.get("Allreduce over every slot of every node") == {"ok"}, tasks
+    assert tasks.get("Check every rank's sum") == {"ok"}, tasks
     for node in NODES:
         proc = in_node(node, "/opt/hvd/env/bin/python -c 'import horovod.torch as hvd, torch; print(torch.__version__)'")
         assert proc.returncode == 0 and proc.stdout.startswith("2.13.0"), proc.stderr[-2000:]
@@ -194,8 +247,9 @@ def test_no_remote_source_was_configured_or_used(converged: dict, gapped: Path) 
     assert not REMOTE_FETCH.search(log), REMOTE_FETCH.search(log)
 
 
-def test_a_second_full_up_from_the_bundle_changes_nothing(installed: Path, converged: dict, gapped: Path) -> None:
-    rc, doc, err = Cli(installed, gapped).up_json("--full")
+def test_a_second_full_up_from_the_bundle_changes_nothing(installed: Path, converged: dict, gapped: Path,
+                                                          gap_cache: Path) -> None:
+    rc, doc, err = Cli(installed, gapped).up_json("--full", env={"HVDCLUSTER_CACHE": str(gap_cache)})
     assert rc == 0, err[-6000:]
     assert {h: s["changed"] for h, s in doc["hosts"].items()} == {"node1": 0, "node2": 0}, doc["hosts"]
 
@@ -212,7 +266,7 @@ def test_an_env_rebuilt_offline_installs_the_bundles_locked_files_with_no_index(
                                                                                  tmp_path: Path) -> None:
     """A bundle without the packed env, an empty controller cache, and node1's env damaged: node1 must build the env
     again, from the bundle's wheelhouse and pypi/ only (pip --no-index, every file by its locked sha256)."""
-    from hvdcluster.bundle import manifest_lib
+    from hvdcluster.bundle import manifest_lib, sign
 
     lib = manifest_lib()
     copy = tmp_path / "no-env"
@@ -224,6 +278,7 @@ def test_an_env_rebuilt_offline_installs_the_bundles_locked_files_with_no_index(
             (copy / entry["path"]).unlink()
     (copy / "manifest.yaml").unlink()  # a hard link to the original's: replaced, not rewritten
     (copy / "manifest.yaml").write_text(lib.dump(kept, manifest["made"]))
+    sign(copy, str(made["key"]))  # a new manifest: signed again by the key allowed_signers names
     assert in_node(NODES[0], "rm /opt/hvd/env/lib/python3.11/site-packages/typing_extensions.py").returncode == 0
     # node2 loses its repository and its kept archive: now that the mesh exists, it gets the archive from node1.
     assert in_node(NODES[1], "rm /var/cache/hvdcluster/apt/.hvd-repo /root/.cache/hvdcluster/artifacts/apt-*.tar"
