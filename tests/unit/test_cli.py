@@ -254,7 +254,9 @@ def test_limit_naming_no_host_of_hosts_yaml_exits_2_before_ansible_starts(
 @pytest.mark.parametrize(
     ("tags", "named"),
     [("nosuchrole", "unknown tag 'nosuchrole'"), ("base", "did you mean 'hvd_base'?"),
-     ("hvd_base,hvd_sshmesh", "unknown tag 'hvd_sshmesh'"), ("hvd_base,", "an empty tag")],
+     ("hvd_base,hvd_sshmesh", "unknown tag 'hvd_sshmesh'"), ("hvd_base,", "an empty tag"),
+     # building blocks other roles include select nothing on their own: refused, not silently a no-op
+     ("hvd_fanout", "unknown tag 'hvd_fanout'"), ("hvd_gpu_component", "unknown tag 'hvd_gpu_component'")],
 )
 def test_tags_naming_no_role_exits_2_before_ansible_starts(
     tags: str, named: str, hosts: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch

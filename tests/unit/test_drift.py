@@ -397,3 +397,17 @@ def test_a_managed_block_shows_the_line_that_differs_not_two_digests():
     text = render(compare(desired, found))
     assert ("  base.hosts: line expected 10.0.0.3 node3 ct3-node3, line found 10.99.99.99 node3 ct3-node3 "
             "(repair: hvd_base)") in text
+
+
+def test_the_role_order_up_repairs_in_is_the_order_site_yml_runs():
+    """drift.ROLES (the order a fast-path repair starts from) is read off playbooks/site.yml's imports."""
+    import yaml
+
+    from tests.conftest import ROOT
+
+    order = []
+    for entry in yaml.safe_load((ROOT / "playbooks" / "site.yml").read_text()):
+        for play in yaml.safe_load((ROOT / "playbooks" / entry["ansible.builtin.import_playbook"]).read_text()):
+            for role in play.get("roles", []):
+                order += [tag for tag in role.get("tags", []) if tag.startswith("hvd_")]
+    assert order == drift.ROLES
