@@ -24,6 +24,8 @@ from __future__ import annotations
 import base64
 import binascii
 import difflib
+import hashlib
+import hmac
 import ipaddress
 import os
 import posixpath
@@ -41,10 +43,12 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from .errors import SpecError
 
-__all__ = ["ClusterSpec", "HostSpec", "JumpSpec", "NetworkSpec", "SshSpec", "load", "loads"]
+__all__ = ["ClusterSpec", "HostSpec", "JumpSpec", "KnownHost", "NetworkSpec", "SshSpec", "host_matches",
+           "load", "loads", "parse_known_hosts"]
 
 MAX_FILE_BYTES = 1 << 20  # hosts.yaml and the SSH key; a hosts.yaml of 1000 hosts is about 100 KiB
 MAX_CA_BUNDLE_BYTES = 8 << 20  # a distribution's whole trust store is about 200 KiB
+MAX_KNOWN_HOSTS_BYTES = 8 << 20  # ssh.known_hosts: 10 000 nodes with three keys each are about 4 MiB
 MAX_DEPTH = 64  # nesting of mappings and lists, aliases followed
 MAX_NODES = 100_000  # values in the document with every alias and merge expanded
 
@@ -64,6 +68,26 @@ class JumpSpec:
 
 
 @dataclass(frozen=True)
+class KnownHost:
+    """One line of an OpenSSH known_hosts file."""
+
+    marker: str  # "", "@revoked" or "@cert-authority"
+    patterns: str  # host patterns as written ("a,[b]:2222,!c", "10.0.0.*") or one hashed name ("|1|salt|hash")
+    key: str  # "<type> <base64>"
+    line: int
+
+
+@dataclass(frozen=True)
+class KnownHostsFile:
+    """``ssh.known_hosts``, read: where it is, its lines, and where hosts.yaml names it (for errors)."""
+
+    path: str
+    entries: tuple[KnownHost, ...]
+    line: int
+    column: int
+
+
+@dataclass(frozen=True)
 class SshSpec:
     """How the controller logs in to every node."""
 
@@ -72,6 +96,8 @@ class SshSpec:
     identity: str | None = None  # absolute path of an existing private key file
     become: bool | None = None  # None: derived, ``user != "root"`` (always a bool after construction)
     proxy_jump: JumpSpec | None = None  # reach the nodes only through this bastion
+    known_hosts: str | None = None  # a known_hosts file pinning node host keys (absolute path; see HostSpec.host_keys)
+    known_hosts_file: KnownHostsFile | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.become is None:
@@ -89,6 +115,9 @@ class HostSpec:
     fabric_port: int  # SSH port nodes use to reach it
     slots: int | None  # processes on this node; None: detected later
     line: int  # 1-based line in hosts.yaml where this host entry starts
+    # The node's pinned host keys ("<type> <base64>"): its host_key, else the keys ssh.known_hosts holds for its
+    # address and port. The controller then accepts no other key, from the first contact on; (): trusted on first use.
+    host_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -848,9 +877,9 @@ def _host_name(ctx: _Context, node: Node, field: str) -> str:
 # --------------------------------------------------------------------------------------------- sections
 
 _TOP_KEYS = ("cluster", "ssh", "hosts", "stack", "network", "set_hostname")
-_SSH_KEYS = ("user", "port", "identity", "become", "proxy_jump")
+_SSH_KEYS = ("user", "port", "identity", "become", "proxy_jump", "known_hosts")
 _JUMP_KEYS = ("host", "port", "user", "identity", "host_key")
-_HOST_KEYS = ("name", "address", "port", "fabric_address", "fabric_port", "slots")
+_HOST_KEYS = ("name", "address", "port", "fabric_address", "fabric_port", "slots", "host_key")
 _NETWORK_KEYS = ("ca_bundle", "apt_proxy", "pip_index", "wheelhouse", "bundle", "bundle_sha256", "bundle_signers")
 # With an offline bundle, nodes use nothing else: these would be sources next to it.
 NOT_WITH_BUNDLE = ("apt_proxy", "pip_index", "wheelhouse")
@@ -899,21 +928,122 @@ _stack = _section(
 _HOST_KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "ssh-rsa")
 
 
+def _key_problem(key_type: str, data: str) -> str | None:
+    """Why "<key_type> <data>" is not an OpenSSH public host key, or None."""
+    if key_type not in _HOST_KEY_TYPES:
+        return (f"{key_type[:40]!r} is not a host key type (expected one of {', '.join(_HOST_KEY_TYPES)}, as in the "
+                "host's /etc/ssh/ssh_host_*_key.pub or ssh-keyscan's output)")
+    try:
+        blob = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return f"the key of type {key_type} is not valid base64"
+    fields = []
+    while blob:  # the SSH wire format: length-prefixed fields, the first the key type
+        length = int.from_bytes(blob[:4], "big") if len(blob) >= 4 else len(blob) + 1
+        if length > len(blob) - 4:
+            break
+        fields.append(blob[4 : 4 + length])
+        blob = blob[4 + length :]
+    if not fields or fields[0] != key_type.encode():
+        return f"the key data does not hold a {key_type} key (copied from another line?)"
+    expected = {"ssh-ed25519": 2, "ssh-rsa": 3}.get(key_type, 3)  # type and key; type, e and n; type, curve and point
+    if blob or len(fields) != expected or (key_type == "ssh-ed25519" and len(fields[1]) != 32):
+        return f"the {key_type} key is cut off or damaged (copy the whole line)"
+    return None
+
+
 def _host_key(ctx: _Context, node: Node, field: str) -> str:
     """An OpenSSH public host key, "<type> <base64>" (a comment after it is dropped), as ssh-keyscan prints it."""
     value = _string(ctx, node, field)
     parts = value.split()
     if len(parts) < 2 or parts[0] not in _HOST_KEY_TYPES:
         raise ctx.error(node, field, f"{value[:60]!r} is not a host key: expected '<type> <base64>' with a type of "
-                                     f"{', '.join(_HOST_KEY_TYPES)} (from the bastion's /etc/ssh/ssh_host_*_key.pub)")
-    try:
-        blob = base64.b64decode(parts[1], validate=True)
-    except (binascii.Error, ValueError):
-        raise ctx.error(node, field, f"the key of type {parts[0]} is not valid base64") from None
-    length = int.from_bytes(blob[:4], "big") if len(blob) >= 4 else -1
-    if blob[4 : 4 + length] != parts[0].encode():
-        raise ctx.error(node, field, f"the key data does not hold a {parts[0]} key (copied from another line?)")
+                                     f"{', '.join(_HOST_KEY_TYPES)} (from the host's /etc/ssh/ssh_host_*_key.pub)")
+    problem = _key_problem(parts[0], parts[1])
+    if problem:
+        raise ctx.error(node, field, problem)
     return f"{parts[0]} {parts[1]}"
+
+
+_KNOWN_HOSTS_MARKERS = ("@cert-authority", "@revoked")
+
+
+def parse_known_hosts(text: str) -> list[KnownHost]:
+    """The lines of an OpenSSH known_hosts file (blank lines and ``#`` comments skipped); ValueError naming the line
+    and what is wrong with it."""
+    entries = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        marker = ""
+        if line.startswith("@"):
+            marker, _, line = line.partition(" ")
+            if marker not in _KNOWN_HOSTS_MARKERS:
+                raise ValueError(f"line {number}: unknown marker {marker[:40]!r} (known: {', '.join(_KNOWN_HOSTS_MARKERS)})")
+        fields = line.split()
+        if len(fields) < 3:
+            raise ValueError(f"line {number}: expected '<host patterns> <key type> <base64 key> [comment]'")
+        patterns, key_type, data = fields[:3]
+        if patterns.startswith("|"):
+            parts = patterns.split("|")
+            try:
+                if len(parts) != 4 or parts[1] != "1" or len(base64.b64decode(parts[3], validate=True)) != 20:
+                    raise ValueError
+                base64.b64decode(parts[2], validate=True)
+            except (binascii.Error, ValueError):
+                raise ValueError(f"line {number}: {patterns[:40]!r} is not a hashed host name (|1|salt|hash)") from None
+        elif _CONTROL.search(patterns):
+            raise ValueError(f"line {number}: the host patterns hold a control character")
+        problem = _key_problem(key_type, data)
+        if problem:
+            raise ValueError(f"line {number}: {problem}")
+        entries.append(KnownHost(marker, patterns, f"{key_type} {data}", number))
+    return entries
+
+
+def _wildcard(pattern: str) -> re.Pattern[str]:
+    return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern), re.S)
+
+
+def host_matches(patterns: str, host: str) -> bool:
+    """Whether a known_hosts line's host patterns name ``host`` ("addr", or "[addr]:port" for a port other than 22), as
+    OpenSSH judges it: comma-separated patterns with ``*`` and ``?``, ``!`` negating, case-insensitive; or one hashed
+    name (HMAC-SHA1 of the host under the line's salt)."""
+    if patterns.startswith("|1|"):
+        try:
+            _, _, salt, digest = patterns.split("|")
+            mac = hmac.new(base64.b64decode(salt), host.encode(), hashlib.sha1).digest()
+            return hmac.compare_digest(mac, base64.b64decode(digest))
+        except (binascii.Error, ValueError):
+            return False
+    matched = False
+    for pattern in patterns.lower().split(","):
+        negated = pattern.startswith("!")
+        if _wildcard(pattern[1:] if negated else pattern).fullmatch(host.lower()):
+            if negated:
+                return False
+            matched = True
+    return matched
+
+
+def known_hosts_name(address: str, port: int) -> str:
+    """The name ssh looks a node up by in known_hosts: its address (lower-case), in ``[...]:port`` unless port 22."""
+    return address.lower() if port == 22 else f"[{address.lower()}]:{port}"
+
+
+def _known_hosts(ctx: _Context, node: Node, field: str) -> KnownHostsFile:
+    """``ssh.known_hosts``: a known_hosts file (OpenSSH's format; ``ssh-keyscan -H`` output too) pinning node keys."""
+    path = _existing_file(ctx, node, field)
+    text = _file_bytes(ctx, node, field, path, MAX_KNOWN_HOSTS_BYTES).decode("utf-8", errors="replace")
+    try:
+        entries = parse_known_hosts(text)
+    except ValueError as exc:
+        raise ctx.error(node, field, f"{path}: {exc}") from None
+    if not any(not entry.marker for entry in entries):
+        raise ctx.error(node, field, f"{path} holds no host key (lines '<host> <type> <base64>', as ssh-keyscan prints)")
+    mark = node.start_mark
+    return KnownHostsFile(path, tuple(entries), mark.line + 1, mark.column + 1)
 
 
 def _proxy_jump(ctx: _Context, node: Node, field: str, user: str, identity: str | None) -> JumpSpec:
@@ -932,12 +1062,15 @@ def _ssh(ctx: _Context, node: Node, field: str) -> SshSpec:
     user = _get(ctx, fields, "user", field, _user_name, "root")
     identity = _get(ctx, fields, "identity", field, _private_key)
     jump = fields.get("proxy_jump")
+    known = _get(ctx, fields, "known_hosts", field, _known_hosts)
     return SshSpec(
         user=user,
         port=_get(ctx, fields, "port", field, _port, 22),
         identity=identity,
         become=_get(ctx, fields, "become", field, _boolean),
         proxy_jump=_proxy_jump(ctx, jump, _join(field, "proxy_jump"), user, identity) if jump is not None else None,
+        known_hosts=known.path if known else None,
+        known_hosts_file=known,
     )
 
 
@@ -976,11 +1109,32 @@ class _Origin:
     fabric_defaulted: bool
 
 
-def _host(ctx: _Context, node: Node, field: str, default_port: int) -> tuple[HostSpec, _Origin]:
+def _pins(ctx: _Context, node: Node, field: str, address: str, port: int, host_key: str | None,
+          known: KnownHostsFile | None) -> tuple[str, ...]:
+    """A node's pinned keys: its ``host_key`` (``node`` is where it is written), else those ``known`` holds for its
+    address and port. A host_key the file contradicts, or a pin the file revokes, is refused."""
+    name = known_hosts_name(address, port)
+    entries = [entry for entry in (known.entries if known else ()) if host_matches(entry.patterns, name)]
+    listed = list(dict.fromkeys(entry.key for entry in entries if not entry.marker))
+    if host_key is not None and listed and host_key not in listed:
+        lines = ", ".join(str(entry.line) for entry in entries if not entry.marker)
+        raise ctx.error(node, field, f"differs from the key {known.path} (ssh.known_hosts, line {lines}) pins for "  # type: ignore[union-attr]
+                                     f"{name}: pin one key in one place")
+    pins = (host_key,) if host_key is not None else tuple(listed)
+    for entry in entries:
+        if entry.marker == "@revoked" and entry.key in pins:
+            raise ctx.error(node, field, f"the pinned key of {name} is revoked by {known.path} "  # type: ignore[union-attr]
+                                         f"(ssh.known_hosts, line {entry.line}): pin the node's current key")
+    return pins
+
+
+def _host(ctx: _Context, node: Node, field: str, default_port: int,
+          known: KnownHostsFile | None = None) -> tuple[HostSpec, _Origin]:
     line = node.start_mark.line + 1
     if isinstance(node, ScalarNode):  # shorthand: the address alone
         address = _address(ctx, node, field)
-        host = HostSpec(_name_for_address(address), address, default_port, address, default_port, None, line)
+        pins = _pins(ctx, node, field, address, default_port, None, known)
+        host = HostSpec(_name_for_address(address), address, default_port, address, default_port, None, line, pins)
         return host, _Origin(node, node, node, True)
     if not isinstance(node, MappingNode):
         raise _expect(ctx, node, field, "an address or a mapping with 'address'")
@@ -990,6 +1144,9 @@ def _host(ctx: _Context, node: Node, field: str, default_port: int) -> tuple[Hos
     address = _address(ctx, fields["address"], _join(field, "address"))
     port = _get(ctx, fields, "port", field, _port, default_port)
     fabric_address = _get(ctx, fields, "fabric_address", field, _address)
+    host_key = _get(ctx, fields, "host_key", field, _host_key)
+    key_node = fields["host_key"] if host_key is not None else node
+    key_field = _join(field, "host_key") if host_key is not None else field
     host = HostSpec(
         name=name or _name_for_address(address),
         address=address,
@@ -998,6 +1155,7 @@ def _host(ctx: _Context, node: Node, field: str, default_port: int) -> tuple[Hos
         fabric_port=_get(ctx, fields, "fabric_port", field, _port, port),
         slots=_get(ctx, fields, "slots", field, _slots),
         line=line,
+        host_keys=_pins(ctx, key_node, key_field, address, port, host_key, known),
     )
     origin = _Origin(
         name=fields["name"] if name else fields["address"],
@@ -1008,12 +1166,17 @@ def _host(ctx: _Context, node: Node, field: str, default_port: int) -> tuple[Hos
     return host, origin
 
 
-def _hosts(ctx: _Context, node: Node, field: str, default_port: int) -> tuple[HostSpec, ...]:
+def _hosts(ctx: _Context, node: Node, field: str, default_port: int,
+           known: KnownHostsFile | None = None) -> tuple[HostSpec, ...]:
     if not isinstance(node, SequenceNode) or node.tag != _SEQ:
         raise _expect(ctx, node, field, "a list of hosts")
     if not node.value:
         raise ctx.error(node, field, "the host list is empty (list at least one host)")
-    entries = [_host(ctx, item, f"{field}[{index}]", default_port) for index, item in enumerate(node.value)]
+    entries = [_host(ctx, item, f"{field}[{index}]", default_port, known) for index, item in enumerate(node.value)]
+    if known is not None and not any(host.host_keys for host, _origin in entries):
+        raise SpecError(ctx.path, known.line, known.column, "ssh.known_hosts",
+                        f"{known.path} pins no node of this file (its lines are matched by each node's address and "
+                        f"port, e.g. {known_hosts_name(entries[0][0].address, entries[0][0].port)})")
     _check_unique_hosts(ctx, entries, field)
     return tuple(host for host, _origin in entries)
 
@@ -1066,7 +1229,7 @@ def _cluster_spec(ctx: _Context, root: Node | None) -> ClusterSpec:
         path=ctx.path,
         cluster=cluster,
         ssh=ssh,
-        hosts=_hosts(ctx, fields["hosts"], "hosts", ssh.port),
+        hosts=_hosts(ctx, fields["hosts"], "hosts", ssh.port, ssh.known_hosts_file),
         stack=_get(ctx, fields, "stack", "", _stack, {}),
         network=_get(ctx, fields, "network", "", _network, NetworkSpec()),
         set_hostname=_get(ctx, fields, "set_hostname", "", _boolean, False),
