@@ -4,14 +4,15 @@ models and the loaded NVIDIA driver.
 It is the same probe as the pre-flight's and ``check``'s: playbooks/state.yml in check mode, whose one module call
 per node (library/hvd_node_state.py) also looks at the host when asked (``hvd_state_look``). The nodes are reached
 through a connection-only inventory in a temporary folder; host keys are pinned exactly as the playbook runs pin
-them, in ``<inventory>/ssh/known_hosts`` (a key seen for the first time is recorded, a changed key is refused), and
-the run's log stays in ``<inventory>/runs``. Nothing is written on the nodes.
+them, in ``<inventory>/ssh/known_hosts`` (keys pinned in hosts.yaml are written there first and checked strictly;
+another node's key seen for the first time is recorded; a changed key is refused), and the run's log stays in
+``<inventory>/runs``. Nothing is written on the nodes.
 """
 
 from __future__ import annotations
 
-import os
 import re
+import shlex
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +22,8 @@ from typing import Any
 from . import inventory, nodestate
 from .compat import NodeInfo
 from .errors import HvdError
-from .spec import ClusterSpec
+from .progress import PIN_REFUSED
+from .spec import ClusterSpec, known_hosts_name
 
 
 @dataclass(frozen=True)
@@ -77,13 +79,13 @@ def read_looks(cluster: ClusterSpec, inventory_dir: Path) -> nodestate.Reading:
     for name in ("ssh", "runs"):
         (inventory_dir / name).mkdir(mode=0o700, parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="hvd-probe-") as tmp:
-        root = inventory.render(cluster, tmp)
+        root = Path(tmp) / cluster.cluster
+        root.mkdir()
         for name in ("ssh", "runs"):
-            if (root / name).is_dir():
-                for item in (root / name).iterdir():  # what render wrote there (the bastion's pinned key)
-                    os.replace(item, inventory_dir / name / item.name)
-                (root / name).rmdir()
             (root / name).symlink_to((inventory_dir / name).resolve(), target_is_directory=True)
+        # Rendered through the links: the bastion's key and the pinned node keys land in the inventory's own ssh/,
+        # merged with the keys recorded there before (never replacing that known_hosts by a fresh one).
+        inventory.render(cluster, tmp)
         return nodestate.read(root, hosts=[h.name for h in cluster.hosts], look=True)
 
 
@@ -101,10 +103,12 @@ def probe(cluster: ClusterSpec, inventory_dir: Path,
             continue
         why = reading.unreachable.get(host.name) or f"no answer (see {reading.log})"
         if "REMOTE HOST IDENTIFICATION HAS CHANGED" in why or "Host key verification failed" in why:
+            if host.host_keys:
+                raise HvdError(f"{host.name} ({host.address}:{host.port}): {PIN_REFUSED}")
             known = inventory_dir / "ssh" / "known_hosts"
             raise HvdError(f"{host.name} ({host.address}:{host.port}): host key changed since it was pinned in "
-                           f"{known}; if the node was reinstalled, remove the old key "
-                           f"(ssh-keygen -f {known} -R '[{host.address}]:{host.port}')")
+                           f"{known}; if the node was reinstalled, remove the old key (ssh-keygen -f "
+                           f"{shlex.quote(str(known))} -R {shlex.quote(known_hosts_name(host.address, host.port))})")
         raise HvdError(f"{host.name} ({host.address}:{host.port}): cannot probe: {why}")
     facts = [from_look(host.name, reading.looks[host.name]) for host in cluster.hosts]
     return merge(facts), facts

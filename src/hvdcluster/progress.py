@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
 from typing import IO, Any
 
 from .runner import Event
@@ -94,8 +95,15 @@ def _one_line(text: Any, limit: int = 300) -> str:
 _REMOVE_KEY = re.compile(r"ssh-keygen -f \S+ -R \S+")
 
 
-def _explain(message: str) -> str:
-    """Turn OpenSSH's multi-line banners into one telling line."""
+PIN_REFUSED = ("host key is not the one hosts.yaml pins (hosts[].host_key or ssh.known_hosts): refused, possible "
+               "man-in-the-middle; if the node was really reinstalled, pin its new key there")
+
+
+def _explain(message: str, pinned: bool = False) -> str:
+    """Turn OpenSSH's multi-line banners into one telling line; ``pinned``: the node's key is pinned in hosts.yaml (so
+    forgetting the old key would not help: the pin is written again before every run)."""
+    if pinned and ("REMOTE HOST IDENTIFICATION HAS CHANGED" in message or "Host key verification failed" in message):
+        return PIN_REFUSED
     if "REMOTE HOST IDENTIFICATION HAS CHANGED" in message:
         fix = _REMOVE_KEY.search(message)
         how = f"; if the node was reinstalled, forget the old key: {fix.group(0)}" if fix else ""
@@ -103,20 +111,21 @@ def _explain(message: str) -> str:
     return message
 
 
-def failure_message(res: dict[str, Any]) -> str:
-    """The most telling message of a failed task result (loops report per item)."""
+def failure_message(res: dict[str, Any], pinned: bool = False) -> str:
+    """The most telling message of a failed task result (loops report per item); ``pinned``: the host's keys are
+    pinned in hosts.yaml."""
     if not isinstance(res, dict):
         return _one_line(res)
     for item in res.get("results") or []:
         if isinstance(item, dict) and item.get("failed"):
-            return failure_message(item)
+            return failure_message(item, pinned)
     if res.get("msg") == "non-zero return code" and (res.get("stderr") or res.get("stdout")):
         # A command failed: its own last words say more than Ansible's summary.
         tail = [line for line in str(res.get("stderr") or res.get("stdout")).splitlines() if line.strip()][-3:]
         return _one_line(f"rc {res.get('rc')}: " + " | ".join(tail))
     for key in ("msg", "stderr", "reason", "module_stderr", "stdout"):
         if res.get(key):
-            return _one_line(_explain(str(res[key]).removeprefix("Task failed: ")))
+            return _one_line(_explain(str(res[key]).removeprefix("Task failed: "), pinned))
     return "task failed"
 
 
@@ -133,10 +142,12 @@ class Tracker:
     # Everything the roles handed over with set_stats (e.g. hvd_bundle's result for `hvdcluster bundle`).
     stats: dict[str, Any] = field(default_factory=dict)
     finished: bool = False
+    # The hosts whose keys hosts.yaml pins (inventory.pinned_hosts): a refused key is reported as refused by the pin.
+    pinned: frozenset[str] = frozenset()
 
     @classmethod
-    def for_hosts(cls, names: list[str]) -> Tracker:
-        return cls(hosts={name: HostState(name) for name in names})
+    def for_hosts(cls, names: list[str], pinned: Iterable[str] = ()) -> Tracker:
+        return cls(hosts={name: HostState(name) for name in names}, pinned=frozenset(pinned))
 
     def _host(self, name: str) -> HostState:
         if name not in self.hosts:
@@ -179,7 +190,7 @@ class Tracker:
             host=host.name,
             role=data.get("role") or "",
             task=data.get("task") or "",
-            message=failure_message(data.get("res") or {}),
+            message=failure_message(data.get("res") or {}, host.name in self.pinned),
             unreachable=unreachable,
         )
         if host.failure is None:

@@ -980,7 +980,8 @@ def parse_known_hosts(text: str) -> list[KnownHost]:
         if line.startswith("@"):
             marker, _, line = line.partition(" ")
             if marker not in _KNOWN_HOSTS_MARKERS:
-                raise ValueError(f"line {number}: unknown marker {marker[:40]!r} (known: {', '.join(_KNOWN_HOSTS_MARKERS)})")
+                known = ", ".join(_KNOWN_HOSTS_MARKERS)
+                raise ValueError(f"line {number}: unknown marker {marker[:40]!r} (known: {known})")
         fields = line.split()
         if len(fields) < 3:
             raise ValueError(f"line {number}: expected '<host patterns> <key type> <base64 key> [comment]'")
@@ -1041,7 +1042,8 @@ def _known_hosts(ctx: _Context, node: Node, field: str) -> KnownHostsFile:
     except ValueError as exc:
         raise ctx.error(node, field, f"{path}: {exc}") from None
     if not any(not entry.marker for entry in entries):
-        raise ctx.error(node, field, f"{path} holds no host key (lines '<host> <type> <base64>', as ssh-keyscan prints)")
+        raise ctx.error(node, field,
+                        f"{path} holds no host key (lines '<host> <type> <base64>', as ssh-keyscan prints them)")
     mark = node.start_mark
     return KnownHostsFile(path, tuple(entries), mark.line + 1, mark.column + 1)
 
@@ -1114,16 +1116,18 @@ def _pins(ctx: _Context, node: Node, field: str, address: str, port: int, host_k
     """A node's pinned keys: its ``host_key`` (``node`` is where it is written), else those ``known`` holds for its
     address and port. A host_key the file contradicts, or a pin the file revokes, is refused."""
     name = known_hosts_name(address, port)
-    entries = [entry for entry in (known.entries if known else ()) if host_matches(entry.patterns, name)]
+    if known is None:
+        return (host_key,) if host_key is not None else ()
+    entries = [entry for entry in known.entries if host_matches(entry.patterns, name)]
     listed = list(dict.fromkeys(entry.key for entry in entries if not entry.marker))
     if host_key is not None and listed and host_key not in listed:
         lines = ", ".join(str(entry.line) for entry in entries if not entry.marker)
-        raise ctx.error(node, field, f"differs from the key {known.path} (ssh.known_hosts, line {lines}) pins for "  # type: ignore[union-attr]
+        raise ctx.error(node, field, f"differs from the key {known.path} (ssh.known_hosts, line {lines}) pins for "
                                      f"{name}: pin one key in one place")
     pins = (host_key,) if host_key is not None else tuple(listed)
     for entry in entries:
         if entry.marker == "@revoked" and entry.key in pins:
-            raise ctx.error(node, field, f"the pinned key of {name} is revoked by {known.path} "  # type: ignore[union-attr]
+            raise ctx.error(node, field, f"the pinned key of {name} is revoked by {known.path} "
                                          f"(ssh.known_hosts, line {entry.line}): pin the node's current key")
     return pins
 

@@ -6,6 +6,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import re
 import shlex
 import shutil
 import stat
@@ -339,7 +340,8 @@ def _bastion_login(argv: list[str], tmp_path: Path) -> tuple[str, str]:
     verbose = subprocess.run([ssh, "-v", "-F", "/dev/null", "-o", "ProxyCommand=cat /dev/null", *options, "true"],
                              capture_output=True, text=True, cwd=tmp_path, timeout=30).stderr
     identity = next(line.removeprefix("debug1: identity file ").rsplit(" type ", 1)[0].replace("\\\\", "\\")
-                    for line in verbose.splitlines() if line.startswith("debug1: identity file "))  # ssh's log: \\ for \
+                    for line in verbose.splitlines()
+                    if line.startswith("debug1: identity file "))  # ssh's log writes \\ for \
     return known, identity
 
 
@@ -378,3 +380,219 @@ def test_the_bastion_proxycommand_works_from_a_folder_with_quotes_spaces_dollars
         assert "stricthostkeychecking true" in subprocess.run(
             ["ssh", "-G", "-F", "/dev/null", *argv[2:]], capture_output=True, text=True, check=True).stdout
     assert not list(tmp_path.rglob("pwned"))  # the $(...) in the folder's name was never run
+
+
+NODE_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMlbLDY1/Dnf9o39YHgsFdpQ4pBwhUYQhx8Ek1m5F8YS"
+OTHER_KEY = ("ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBD0T8Q4/KkYSFhAv47rV65"
+             "McgRETUWAsrK8o8f63PT/K3S7MpX4/icnI8CnSKk3MSxrGppEGh077mSfTR4vdGrs=")
+LEARNT_KEY = (FIXTURES / "id_test.pub").read_text().split()[0] + " " + (FIXTURES / "id_test.pub").read_text().split()[1]
+
+
+def _pinned_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> spec.ClusterSpec:
+    """node1 pinned by hosts[].host_key, node2 (port 2222) by ssh.known_hosts (hashed, as ssh-keyscan -H writes it),
+    node3 not pinned."""
+    import base64
+    import hashlib
+    import hmac
+
+    monkeypatch.chdir(tmp_path)
+    salt = b"salt-for-the-test-20"
+    mac = hmac.new(salt, b"[10.0.0.2]:2222", hashlib.sha1).digest()
+    (tmp_path / "lab_known_hosts").write_text(
+        f"|1|{base64.b64encode(salt).decode()}|{base64.b64encode(mac).decode()} {OTHER_KEY}\n")
+    (tmp_path / "hosts.yaml").write_text(
+        "cluster: lab\nssh: {user: ops, known_hosts: lab_known_hosts}\nhosts:\n"
+        f"  - {{name: node1, address: 10.0.0.1, host_key: '{NODE_KEY} root@node1'}}\n"
+        "  - {name: node2, address: 10.0.0.2, port: 2222}\n"
+        "  - {name: node3, address: 10.0.0.3}\n")
+    return spec.load("hosts.yaml")
+
+
+def test_pinned_nodes_get_exactly_their_keys_before_any_contact_and_strict_checking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = _pinned_site(tmp_path, monkeypatch)
+    ssh_dir = tmp_path / "inventories" / "lab" / "ssh"
+    ssh_dir.mkdir(parents=True)
+    # What earlier runs left: keys learnt on first contact for all three (node1's and node2's differ from the pins, one
+    # written hashed), and a hand-added wildcard line that would also cover node1.
+    (ssh_dir / "known_hosts").write_text(
+        f"10.0.0.1 {LEARNT_KEY}\n{inventory.known_hosts_name('10.0.0.3', 22)} {LEARNT_KEY}\n"
+        f"[10.0.0.2]:2222,10.0.0.2 {LEARNT_KEY}\n10.0.0.* {LEARNT_KEY}\n")
+    root = inventory.render(cluster, tmp_path / "inventories")
+    known = (root / "ssh" / "known_hosts").read_text()
+    assert known == (f"10.0.0.3 {LEARNT_KEY}\n10.0.0.2 {LEARNT_KEY}\n10.0.0.*,!10.0.0.1 {LEARNT_KEY}\n"
+                     f"10.0.0.1 {NODE_KEY}\n[10.0.0.2]:2222 {OTHER_KEY}\n")
+    assert stat.S_IMODE((root / "ssh" / "known_hosts").stat().st_mode) == 0o600
+    inventory.render(cluster, tmp_path / "inventories")
+    assert (root / "ssh" / "known_hosts").read_text() == known  # rendering again changes nothing
+    # OpenSSH's own lookup: each pinned name finds its pinned key and nothing else; node3 keeps its recorded key.
+    for name, key in (("10.0.0.1", NODE_KEY), ("[10.0.0.2]:2222", OTHER_KEY), ("10.0.0.3", LEARNT_KEY)):
+        found = subprocess.run(["ssh-keygen", "-F", name, "-f", str(root / "ssh" / "known_hosts")],
+                               capture_output=True, text=True).stdout
+        assert {line.split(None, 1)[1] for line in found.splitlines() if not line.startswith("#")} == {key}, name
+    hosts = inventory.read(root).hosts
+    assert hosts["node1"]["hvd_host_keys"] == [NODE_KEY] and hosts["node2"]["hvd_host_keys"] == [OTHER_KEY]
+    assert "hvd_host_keys" not in hosts["node3"]
+    assert inventory.pinned_hosts(cluster) == ["node1", "node2"]
+    # What Ansible makes of the connection arguments, per node.
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible"), "all", "-i", str(root), "-m", "ansible.builtin.debug",
+         "-a", "msg={{ ansible_ssh_common_args }}"], capture_output=True, text=True, check=True,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+             "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"})
+    blocks = re.split(r"^(?=\S+ \| )", proc.stdout, flags=re.M)
+    shown = {b.split(" | ")[0]: re.search(r"StrictHostKeyChecking=([\w-]+)", b).group(1) for b in blocks if " | " in b}
+    assert shown == {"node1": "yes", "node2": "yes", "node3": "accept-new"}
+
+
+def test_trusted_on_first_use_names_the_nodes_a_run_through_the_bastion_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = _pinned_site(tmp_path, monkeypatch)
+    root = inventory.render(cluster, tmp_path / "inventories")
+    before = inventory.first_use_hosts(cluster, root)
+    assert before == ["node3"]
+    with (root / "ssh" / "known_hosts").open("a") as known:  # what ssh's accept-new does during the run
+        known.write(f"10.0.0.3 {LEARNT_KEY}\n")
+    assert inventory.trusted_on_first_use(cluster, root, before) == ""  # no bastion: nothing to say by default
+    line = inventory.trusted_on_first_use(cluster, root, before, bastion_only=False)
+    assert line.startswith("trusted on first use (no pinned host key): node3 ")
+    jump = spec.JumpSpec("bastion.example.org", 22, "ops", None, NODE_KEY)
+    behind = dataclasses.replace(cluster, ssh=dataclasses.replace(cluster.ssh, proxy_jump=jump))
+    assert inventory.trusted_on_first_use(behind, root, before).startswith(
+        "trusted on first use (no pinned host key): node3 ")
+    assert inventory.trusted_on_first_use(behind, root, []) == ""  # known before the run: not trusted by this one
+    assert inventory.first_use_hosts(behind, root) == []
+    unreached = dataclasses.replace(behind, hosts=(*behind.hosts, dataclasses.replace(
+        behind.hosts[2], name="node4", address="10.0.0.4")))
+    assert inventory.first_use_hosts(unreached, root) == ["node4"]
+    assert inventory.trusted_on_first_use(unreached, root, ["node4"]) == ""  # never reached: not trusted either
+
+
+def _fake_sshd(host_key_file: Path) -> int:
+    """A local SSH server (paramiko) that shows ``host_key_file``'s key and refuses every login: enough for a client to
+    check the host key and then fail to authenticate. Returns its port."""
+    import socket
+    import threading
+
+    paramiko = pytest.importorskip("paramiko")
+    key = paramiko.Ed25519Key(filename=str(host_key_file))
+
+    class Refuse(paramiko.ServerInterface):
+        def get_allowed_auths(self, username: str) -> str:
+            return "publickey"
+
+        def check_auth_publickey(self, username: str, key: object) -> int:
+            return paramiko.AUTH_FAILED
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+
+    def serve() -> None:
+        while True:
+            conn, _ = listener.accept()
+            transport = paramiko.Transport(conn)
+            transport.add_server_key(key)
+            try:
+                transport.start_server(server=Refuse())
+            except (paramiko.SSHException, EOFError, OSError):
+                transport.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener.getsockname()[1]
+
+
+def test_ansible_refuses_a_pinned_node_showing_another_key_and_trusts_an_unpinned_one_on_first_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real ssh, as Ansible runs it from the rendered inventory, against local SSH servers: the node whose pin is its
+    key gets past the host key (then fails to log in: these servers let nobody in); the node showing a key other than
+    its pin is refused before anything else, named; the unpinned node's key is recorded on first contact."""
+    from hvdcluster.progress import Tracker
+
+    if shutil.which("ssh") is None or shutil.which("ssh-keygen") is None:
+        pytest.skip("no OpenSSH client here")
+    monkeypatch.chdir(tmp_path)
+    keys = {}
+    for name in ("pinned", "other", "client"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", name], check=True)
+        keys[name] = " ".join((tmp_path / f"{name}.pub").read_text().split()[:2])
+    good, impostor, fresh = (_fake_sshd(tmp_path / "pinned"), _fake_sshd(tmp_path / "other"),
+                             _fake_sshd(tmp_path / "other"))
+    (tmp_path / "hosts.yaml").write_text(
+        "cluster: lab\nssh: {user: ops, identity: client}\nhosts:\n"
+        f"  - {{name: good, address: 127.0.0.1, port: {good}, fabric_address: 10.9.0.1, "
+        f"host_key: '{keys['pinned']}'}}\n"
+        f"  - {{name: impostor, address: 127.0.0.1, port: {impostor}, fabric_address: 10.9.0.2, "
+        f"host_key: '{keys['pinned']}'}}\n"
+        f"  - {{name: fresh, address: 127.0.0.1, port: {fresh}, fabric_address: 10.9.0.3}}\n")
+    cluster = spec.load("hosts.yaml")
+    root = inventory.render(cluster, tmp_path / "inventories")
+    assert inventory.first_use_hosts(cluster, root) == ["fresh"]
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible"), "all", "-i", str(root), "-m", "ansible.builtin.ping"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+             "ANSIBLE_CALLBACK_RESULT_FORMAT": "json", "ANSIBLE_HOST_KEY_CHECKING": "True",
+             "ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp_path / "cp"), "ANSIBLE_TIMEOUT": "20"})
+    blocks = {b.split(" | ")[0]: b for b in re.split(r"^(?=\S+ \| )", proc.stdout, flags=re.M) if " | " in b}
+    assert "UNREACHABLE" in blocks["good"] and "Permission denied" in blocks["good"], blocks["good"]
+    assert "Host key verification failed" in blocks["impostor"], blocks["impostor"]
+    assert "Permission denied" in blocks["fresh"], blocks["fresh"]
+    def recorded(port: int) -> set[str]:  # what ssh's own lookup finds (it may have hashed what it recorded)
+        found = subprocess.run(["ssh-keygen", "-F", f"[127.0.0.1]:{port}", "-f", str(root / "ssh" / "known_hosts")],
+                               capture_output=True, text=True).stdout
+        return {line.split(None, 1)[1] for line in found.splitlines() if not line.startswith("#")}
+
+    assert recorded(fresh) == {keys["other"]}  # recorded on first contact (accept-new)
+    assert recorded(good) == recorded(impostor) == {keys["pinned"]}  # the impostor's key was never learnt
+    assert inventory.trusted_on_first_use(cluster, root, ["fresh"], bastion_only=False).startswith(
+        "trusted on first use (no pinned host key): fresh ")
+    # The summary names the node and says its pin refused the key.
+    message = json.JSONDecoder().raw_decode(blocks["impostor"].split("=>", 1)[1].strip())[0]["msg"]
+    tracker = Tracker.for_hosts(["good", "impostor", "fresh"], pinned=inventory.pinned_hosts(cluster))
+    tracker.handle({"event": "runner_on_unreachable", "event_data": {
+        "host": "impostor", "role": "hvd_preflight", "task": "Look", "res": {"msg": message, "unreachable": True}}})
+    line = tracker.failures[0].line()
+    assert line.startswith("impostor: unreachable: hvd_preflight: Look: host key is not the one hosts.yaml pins"), line
+
+
+def test_plan_probe_renders_the_pins_into_the_inventorys_known_hosts_and_keeps_what_was_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`plan --probe` reaches the nodes through a connection-only inventory in a temporary folder whose ssh/ is the
+    inventory's own: the pins are there before the read, the keys recorded by earlier runs are kept."""
+    from hvdcluster import nodestate, probe
+
+    cluster = _pinned_site(tmp_path, monkeypatch)
+    inventory_dir = tmp_path / "inventories" / "lab"
+    (inventory_dir / "ssh").mkdir(parents=True)
+    (inventory_dir / "ssh" / "known_hosts").write_text(f"10.0.0.3 {LEARNT_KEY}\n")
+    seen: dict[str, str] = {}
+
+    def read(root: Path, **_kwargs: object) -> nodestate.Reading:
+        seen["known_hosts"] = (root / "ssh" / "known_hosts").read_text()
+        return nodestate.Reading()
+
+    monkeypatch.setattr(nodestate, "read", read)
+    probe.read_looks(cluster, inventory_dir)
+    expected = f"10.0.0.3 {LEARNT_KEY}\n10.0.0.1 {NODE_KEY}\n[10.0.0.2]:2222 {OTHER_KEY}\n"
+    assert seen["known_hosts"] == expected
+    assert (inventory_dir / "ssh" / "known_hosts").read_text() == expected
+
+
+def test_plan_probe_refuses_a_pinned_node_showing_another_key_by_name(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from hvdcluster import nodestate, probe
+
+    cluster = _pinned_site(tmp_path, monkeypatch)
+    why = "unreachable: @@@ WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! @@@ ... Host key verification failed."
+    reading = nodestate.Reading(looks={"node1": {}, "node3": {}}, unreachable={"node2": why})
+    with pytest.raises(HvdError, match=r"^node2 \(10\.0\.0\.2:2222\): host key is not the one hosts\.yaml pins"):
+        probe.probe(cluster, tmp_path / "inv", read=lambda c, d: reading)
+    reading = nodestate.Reading(looks={"node1": {}, "node2": {}}, unreachable={"node3": why})
+    with pytest.raises(HvdError, match=r"^node3 \(10\.0\.0\.3:22\): host key changed since it was pinned in .* -R "
+                                       r"10\.0\.0\.3\)$"):
+        probe.probe(cluster, tmp_path / "inv", read=lambda c, d: reading)

@@ -189,3 +189,17 @@ def test_a_peer_down_during_a_delegated_look_does_not_take_the_node_that_asked_d
                                                                              "unreachable"]
     assert [(f.host, f.unreachable) for f in tracker.failures] == [("node3", True)]
     assert "went on without it" in tracker.notices["node1"][0]
+
+
+def test_a_refused_key_of_a_pinned_node_says_the_pin_refused_it() -> None:
+    banner = ("Failed to connect to the host via ssh: @@@@@@@@@@@@@@@@\n@    WARNING: REMOTE HOST IDENTIFICATION HAS "
+              "CHANGED!     @\n  remove with:\n  ssh-keygen -f '/inv/ssh/known_hosts' -R '10.0.0.1'\n"
+              "Host key verification failed.")
+    tracker = Tracker.for_hosts(["node1", "node2"], pinned=["node1"])
+    for host in ("node1", "node2"):
+        tracker.handle({"event": "runner_on_unreachable", "event_data": {
+            "host": host, "role": "hvd_preflight", "task": "Look", "res": {"msg": banner, "unreachable": True}}})
+    pinned, learnt = tracker.failures
+    assert pinned.line().startswith("node1: unreachable: hvd_preflight: Look: host key is not the one hosts.yaml pins")
+    assert "ssh-keygen" not in pinned.message  # the pin is written again before every run: forgetting it is no fix
+    assert learnt.message.startswith("host key changed since it was pinned") and "ssh-keygen -f" in learnt.message

@@ -727,8 +727,8 @@ def test_the_system_trust_store_is_a_valid_bundle() -> None:
 
 NODE1_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHRlc3QgZml4dHVyZSwgbm90IGEgcmVhbCBrZXkgISEh"
 NODE2_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMlbLDY1/Dnf9o39YHgsFdpQ4pBwhUYQhx8Ek1m5F8YS"
-NODE3_KEY = ("ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBD0T8Q4/KkYSFhAv47rV65McgRETUWAsrK8o8f63"
-             "PT/K3S7MpX4/icnI8CnSKk3MSxrGppEGh077mSfTR4vdGrs=")
+NODE3_KEY = ("ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBD0T8Q4/KkYSFhAv47rV65"
+             "McgRETUWAsrK8o8f63PT/K3S7MpX4/icnI8CnSKk3MSxrGppEGh077mSfTR4vdGrs=")
 
 
 def test_a_host_key_pins_that_node_and_only_that_node() -> None:
@@ -772,8 +772,8 @@ def test_a_known_hosts_file_pins_the_nodes_it_names_by_address_and_port(tmp_path
 
 def test_a_host_key_the_known_hosts_file_also_pins_is_one_pin(tmp_path: Path) -> None:
     (tmp_path / "known_hosts").write_text(f"10.0.0.1 {NODE1_KEY}\n10.0.0.1 {NODE3_KEY}\n")
-    spec = loads(f"cluster: lab\nssh: {{known_hosts: known_hosts}}\nhosts: [{{address: 10.0.0.1, host_key: '{NODE3_KEY}'}}]\n",
-                 str(tmp_path / "hosts.yaml"))
+    spec = loads("cluster: lab\nssh: {known_hosts: known_hosts}\n"
+                 f"hosts: [{{address: 10.0.0.1, host_key: '{NODE3_KEY}'}}]\n", str(tmp_path / "hosts.yaml"))
     assert spec.hosts[0].host_keys == (NODE3_KEY,)  # the host's own host_key is the pin
 
 
