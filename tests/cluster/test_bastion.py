@@ -123,3 +123,72 @@ def test_a_bastion_with_another_host_key_is_refused_by_name(installed: Path, sit
         (site / "other.yaml").unlink()
     assert proc.returncode != 0
     assert "bastion" in proc.stderr and "host_key" in proc.stderr, proc.stderr[-2000:]
+
+
+# Pinned node keys. Each case has a cluster name (and so an inventory) of its own: a wrong pin written into
+# ssh/known_hosts must never reach the inventory the tests above share.
+
+
+def _node_key(node: str) -> str:
+    return " ".join(docker("exec", node, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").split()[:2])
+
+
+def _hosts_file(site: Path, cluster: str, name: str, node1_key: str | None = None, known_hosts: str | None = None) -> str:
+    """hosts.yaml of the site as another cluster: node1 pinned by host_key, node2 through ssh.known_hosts, if given."""
+    text = (site / "hosts.yaml").read_text().replace(f"cluster: {NAME}\n", f"cluster: {cluster}\n")
+    if node1_key:
+        text = text.replace(f"address: {NODES[0]}}}", f"address: {NODES[0]}, host_key: '{node1_key}'}}")
+    if known_hosts:
+        text = text.replace("ssh:\n", f"ssh:\n  known_hosts: {known_hosts}\n")
+    (site / name).write_text(text)
+    return name
+
+
+def test_pinned_node_keys_are_checked_from_the_first_contact_through_the_bastion(installed: Path, site: Path) -> None:
+    """node1 pinned by hosts[].host_key, node2 by a hashed known_hosts file (ssh-keygen -H): `plan --probe` reads both
+    through the bastion with nothing learnt, and the inventory's known_hosts holds exactly the pins."""
+    from hvdcluster import inventory, spec
+
+    (site / "pins").write_text(f"{NODES[1]} {_node_key(NODES[1])} node2\n")
+    subprocess.run(["ssh-keygen", "-q", "-H", "-f", str(site / "pins")], check=True, capture_output=True)
+    name = _hosts_file(site, f"{NAME}pin", "pinned.yaml", _node_key(NODES[0]), "pins")
+    cluster = spec.load(site / name)
+    assert [h.host_keys for h in cluster.hosts] == [(_node_key(NODES[0]),), (_node_key(NODES[1]),)]
+    root = site / "inventories" / f"{NAME}pin"
+    assert inventory.first_use_hosts(cluster, root) == []
+    proc = Cli(installed, site)("plan", name, "--probe", "--json",
+                                env={"ANSIBLE_SSH_CONTROL_PATH_DIR": str(site / "cp-pinned")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [n["host"] for n in json.loads(proc.stdout)["nodes"]] == ["node1", "node2"]
+    assert (root / "ssh" / "known_hosts").read_text() == (f"{NODES[0]} {_node_key(NODES[0])}\n"
+                                                          f"{NODES[1]} {_node_key(NODES[1])}\n")
+
+
+def test_a_pinned_node_showing_another_key_is_refused_by_name(installed: Path, site: Path) -> None:
+    other = " ".join((site / "controller_key.pub").read_text().split()[:2])  # a valid key, not node2's
+    (site / "wrong-pins").write_text(f"{NODES[1]} {other}\n")
+    name = _hosts_file(site, f"{NAME}wrong", "wrong.yaml", _node_key(NODES[0]), "wrong-pins")
+    # A fresh ControlPath folder: a master connection opened by the runs above would skip the host key check.
+    proc = Cli(installed, site)("plan", name, "--probe", env={"ANSIBLE_SSH_CONTROL_PATH_DIR": str(site / "cp-wrong")})
+    assert proc.returncode != 0
+    assert "node2" in proc.stderr and "host key is not the one hosts.yaml pins" in proc.stderr, proc.stderr[-2000:]
+    known = (site / "inventories" / f"{NAME}wrong" / "ssh" / "known_hosts").read_text()
+    assert _node_key(NODES[1]) not in known  # node2's real key was never learnt
+
+
+def test_nodes_reached_through_the_bastion_without_pins_are_named_as_trusted_on_first_use(installed: Path,
+                                                                                         site: Path) -> None:
+    """What `up` prints after a run through a bastion (inventory.trusted_on_first_use): the nodes whose key that run
+    accepted on first use, here after `plan --probe` (the same first contact)."""
+    from hvdcluster import inventory, spec
+
+    name = _hosts_file(site, f"{NAME}tofu", "tofu.yaml")
+    cluster = spec.load(site / name)
+    root = site / "inventories" / f"{NAME}tofu"
+    before = inventory.first_use_hosts(cluster, root)
+    assert before == ["node1", "node2"]
+    proc = Cli(installed, site)("plan", name, "--probe", env={"ANSIBLE_SSH_CONTROL_PATH_DIR": str(site / "cp-tofu")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = inventory.trusted_on_first_use(cluster, root, before)
+    assert line.startswith("trusted on first use (no pinned host key): node1, node2 "), line
+    assert inventory.first_use_hosts(cluster, root) == []  # the next run trusts nothing new
