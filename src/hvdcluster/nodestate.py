@@ -127,42 +127,38 @@ def _digest_tree(digest: Any, folder: Path, label: str) -> None:
             digest.update(path.read_bytes() + b"\0")
 
 
-def _meaning(node: Any) -> Any:
-    """A composed YAML node as plain data: tags (``!unsafe`` included), values and order; no comment, quoting style,
-    layout or flow/block choice."""
-    import yaml
-
-    if isinstance(node, yaml.ScalarNode):
-        return [node.tag, node.value]
-    if isinstance(node, yaml.SequenceNode):
-        return [node.tag, [_meaning(item) for item in node.value]]
-    if isinstance(node, yaml.MappingNode):
-        return [node.tag, [[_meaning(key), _meaning(value)] for key, value in node.value]]
-    return None
-
-
-def _inventory_file(path: Path) -> bytes:
-    """An inventory file by what it says (its YAML node tree), so comments and headers (which name the hosts.yaml
-    they came from) never count; its bytes when it is not one YAML document."""
-    import yaml
-
-    data = path.read_bytes()
-    try:
-        return json.dumps(_meaning(yaml.compose(data.decode("utf-8"), Loader=yaml.SafeLoader)),
-                          separators=(",", ":")).encode()
-    except (UnicodeDecodeError, yaml.YAMLError, RecursionError):
-        return b"bytes\0" + data
-
-
 def inputs_digest(root: Path) -> str:
     """sha256 of what a converge depends on: the inventory (hosts.yml, every group_vars and host_vars file, by meaning:
     its YAML without comments or layout; the cluster key's public half) and hvdcluster itself (its version and Ansible
     content). Nothing in it depends on where the inventory or hosts.yaml lie or how they were reached: file names are
     relative to ``root``, and the paths the inventory holds are canonical (inventory.canonical)."""
+    import yaml
+
+    def meaning(node: Any) -> Any:
+        """A composed YAML node as plain data: tags (``!unsafe`` included), values and order; no comment, quoting
+        style, layout or flow/block choice."""
+        if isinstance(node, yaml.ScalarNode):
+            return [node.tag, node.value]
+        if isinstance(node, yaml.SequenceNode):
+            return [node.tag, [meaning(item) for item in node.value]]
+        if isinstance(node, yaml.MappingNode):
+            return [node.tag, [[meaning(key), meaning(value)] for key, value in node.value]]
+        return None
+
+    def inventory_file(path: Path) -> bytes:
+        """An inventory file by what it says (its YAML node tree), so comments and headers (which name the hosts.yaml
+        they came from) never count; its bytes when it is not one YAML document."""
+        data = path.read_bytes()
+        try:
+            return json.dumps(meaning(yaml.compose(data.decode("utf-8"), Loader=yaml.SafeLoader)),
+                              separators=(",", ":")).encode()
+        except (UnicodeDecodeError, yaml.YAMLError, RecursionError):
+            return b"bytes\0" + data
+
     digest = hashlib.sha256(f"hvdcluster {__version__}\0".encode())
     for path in sorted([root / "hosts.yml", *root.glob("group_vars/**/*"), *root.glob("host_vars/**/*")]):
-        if path.is_file():
-            digest.update(f"{path.relative_to(root)}\0".encode() + _inventory_file(path) + b"\0")
+        if path.is_file() and not path.name.startswith("."):  # Ansible reads no hidden file (nor a write's part)
+            digest.update(f"{path.relative_to(root)}\0".encode() + inventory_file(path) + b"\0")
     key = root / "ssh" / "id_ed25519.pub"
     if key.is_file():
         digest.update(f"{key.relative_to(root)}\0".encode() + key.read_bytes() + b"\0")
