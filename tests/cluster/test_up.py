@@ -122,13 +122,12 @@ DRIFTS = {
     "env-distribution-added": (f"mkdir -p {SITE}/extra_pkg-1.0.dist-info && printf 'Metadata-Version: 2.1\\nName: "
                                f"extra-pkg\\nVersion: 1.0\\n' > {SITE}/extra_pkg-1.0.dist-info/METADATA",
                                "env.dist.extra-pkg", "hvd_pyenv"),
-    "env-module-added": (f"echo 'import os' > {SITE}/evil.py", "env.files", "hvd_pyenv"),
-    "env-pth-added": (f"echo 'import os' > {SITE}/zz-hook.pth", "env.files", "hvd_pyenv"),
-    "env-sitecustomize-added": (f"echo 'print(1)' > {SITE}/sitecustomize.py", "env.files", "hvd_pyenv"),
-    "env-byte-cache-planted": (f"cd {SITE}/psutil/__pycache__ && a=$(ls | head -1) && b=$(ls | sed -n 2p) "
-                               "&& cp \"$b\" \"$a\"", "env.files", "hvd_pyenv"),
-    "env-pyvenv-edited": ("echo 'include-system-site-packages = true' >> /opt/hvd/env/pyvenv.cfg", "env.files",
-                          "hvd_pyenv"),
+    # Five additions and edits at once (one repair: the env installed again from the cache): check must name each.
+    "env-module-pth-sitecustomize-byte-cache-pyvenv": (
+        f"echo 'import os' > {SITE}/evil.py && echo 'import os' > {SITE}/zz-hook.pth && "
+        f"echo 'print(1)' > {SITE}/sitecustomize.py && cd {SITE}/psutil/__pycache__ && a=$(ls | head -1) && "
+        "b=$(ls | sed -n 2p) && cp \"$b\" \"$a\" && echo 'include-system-site-packages = true' >> "
+        "/opt/hvd/env/pyvenv.cfg && echo \"$a\" > /root/planted", "env.files", "hvd_pyenv"),
     # A wrong address for node3 in our block (its fabric address is a DNS name): resolved again without the block.
     "hosts-block-wrong-ip": ("sed 's/^[0-9.]* node3 /10.99.99.99 node3 /' /etc/hosts > /root/hosts.new "
                              "&& ! cmp -s /etc/hosts /root/hosts.new && cat /root/hosts.new > /etc/hosts",
@@ -171,6 +170,11 @@ def test_drift_on_one_node_is_named_by_check_and_repaired_by_up_leaving_the_othe
     assert rc == 1 and list(doc["drifted"]) == ["node2"], doc
     named = {d["item"]: d for d in doc["drifted"]["node2"]}
     assert item in named and named[item]["role"] == role, doc["drifted"]["node2"]
+    if kind.startswith("env-module-pth"):  # every one of the five is named
+        planted = lab3.exec(2, "cat", "/root/planted").stdout.strip()
+        for name in ("added: evil.py", "added: zz-hook.pth", "added: sitecustomize.py",
+                     f"changed: psutil/__pycache__/{planted}", "changed: pyvenv.cfg"):
+            assert name in named[item]["found"], (name, named[item]["found"])
     if kind == "hosts-block-wrong-ip":  # the block is read as text: check names the line, not two digests
         assert "10.99.99.99 node3" in named[item]["found"] and "10.99.99.99" not in named[item]["expected"]
     assert doc["in_sync"] == ["node1", "node3"]
@@ -186,7 +190,8 @@ def test_drift_on_one_node_is_named_by_check_and_repaired_by_up_leaving_the_othe
 
 
 def test_the_drift_corpus_covers_every_kind_the_issue_names() -> None:
-    assert len(DRIFTS) >= 20
+    kinds = sum(5 if kind == "env-module-pth-sitecustomize-byte-cache-pyvenv" else 1 for kind in DRIFTS)
+    assert kinds >= 20 and "env-module-pth-sitecustomize-byte-cache-pyvenv" in DRIFTS
     assert {"env.dist.extra-pkg", "env.files", "base.hosts", "mesh.ssh_config", "os.machine-id"} <= {
         item for _, item, _ in DRIFTS.values()}
 
