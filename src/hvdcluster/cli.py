@@ -22,7 +22,7 @@ import yaml
 
 from . import __version__, compat, inventory, lock, paths, spec
 from .errors import HvdError
-from .progress import Console, Tracker, dump_json, transfer_report
+from .progress import Console, Tracker, dump_json, printable, transfer_report
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -220,8 +220,9 @@ def _tracked_run(root: Path, cluster: spec.ClusterSpec, console: Console, playbo
     (``events``, when given, receives every event: the nodes' read-back is among them)."""
     from .runner import run_playbook
 
-    tracker = Tracker.for_hosts([h.name for h in cluster.hosts])
+    tracker = Tracker.for_hosts([h.name for h in cluster.hosts], pinned=inventory.pinned_hosts(cluster))
     console.update(tracker, set(tracker.hosts))
+    first_use = inventory.first_use_hosts(cluster, root)  # nodes whose host key no pin and no earlier run vouches for
 
     def on_event(event: dict) -> None:
         if events is not None:
@@ -230,6 +231,9 @@ def _tracked_run(root: Path, cluster: spec.ClusterSpec, console: Console, playbo
 
     result = run_playbook(root, playbook, limit=limit, tags=tags, check=check, diff=diff, extravars=extravars,
                           on_event=on_event)
+    trusted = inventory.trusted_on_first_use(cluster, root, first_use)  # said plainly behind a bastion
+    if trusted:
+        console.write(trusted)
     return tracker, result
 
 
@@ -447,9 +451,9 @@ def cmd_check(args: argparse.Namespace) -> int:
             doc["bastion"] = bastion
         dump_json(sys.stdout, doc)
     else:
-        print(drift.render(report))
+        print(printable(drift.render(report)))  # node-supplied text: no control sequence reaches the terminal
         for node, why in reading.unreachable.items():
-            print(f"  {node}: {why}")
+            print(printable(f"  {node}: {why}"))
         if bastion:
             print(f"  nodes unreachable: {bastion}")
         print(f"(read {len(reading.found)} of {len(scope)} nodes in {reading.seconds:.1f} s; log: {reading.log})")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import HvdError
-from .inventory import Inventory, proxy_command
+from .inventory import Inventory, proxy_command, ssh_word
 
 DEFAULT_PREFIX = "/opt/hvd/env"
 BASE_FACT = "/etc/ansible/facts.d/hvd_base.fact"
@@ -83,8 +83,9 @@ def activation(prefix: str, manager: str = "venv") -> str:
 def ssh_argv(inv: Inventory, host: str) -> list[str]:
     """OpenSSH argv from the controller to `host` with the inventory's user, key, port and pinned host keys."""
     hv = {**inv.vars, **inv.hosts[host]}
-    argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-            "-o", f"UserKnownHostsFile={inv.path / 'ssh' / 'known_hosts'}", "-p", str(hv.get("ansible_port", 22))]
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",  # ssh parses -o values: quoted
+            "-o", "UserKnownHostsFile=" + ssh_word(str(inv.path / "ssh" / "known_hosts")),
+            "-p", str(hv.get("ansible_port", 22))]
     if hv.get("ansible_ssh_private_key_file"):
         argv += ["-i", str(hv["ansible_ssh_private_key_file"])]
     if hv.get("hvd_ssh_proxy_jump"):  # the bastion, its key pinned beside the inventory

@@ -43,7 +43,7 @@ def test_runs_on_the_first_node_with_pinned_host_keys(inv: inventory.Inventory) 
     plan = launch.build(inv, ["./job.sh"], np=3)
     ssh = plan.ssh
     assert ssh[0] == "ssh" and ssh[-1] == "ubuntu@10.1.0.1"
-    assert "StrictHostKeyChecking=yes" in ssh and f"UserKnownHostsFile={inv.path / 'ssh' / 'known_hosts'}" in ssh
+    assert "StrictHostKeyChecking=yes" in ssh and f'UserKnownHostsFile="{inv.path / "ssh" / "known_hosts"}"' in ssh
     assert ssh[ssh.index("-i") + 1].endswith("id_test")
     assert plan.argv()[-1] == (launch.activation("/opt/envs/hvd") +
                                "; exec /opt/envs/hvd/bin/horovodrun -np 3 -H gpu01:2,gpu02:2 ./job.sh")
