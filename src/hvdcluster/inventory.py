@@ -167,6 +167,8 @@ VAR_DOCS: dict[str, str] = {
     "hvd_base_bundle": "An offline bundle (hvdcluster bundle): apt installs from its repository only, pip with\n"
     "--no-index.",
     "hvd_pyenv_index_wheels": "The bundle's locked distributions, offered to pip in the index's place.",
+    "hvd_base_bundle_sha256": "The pinned sha256 of the bundle's manifest.yaml (network.bundle_sha256).",
+    "hvd_base_bundle_signers": "OpenSSH allowed-signers file for the bundle's signature (network.bundle_signers).",
     "hvd_stack": "The software stack: hosts.yaml's, completed by the resolver (`hvdcluster plan` says why).\n"
     "The role variables below are taken from it.",
 }
@@ -333,7 +335,7 @@ def group_vars(spec: ClusterSpec, plan: Plan | None = None) -> dict[str, dict[st
             "hvd_base_apt_proxy": net.apt_proxy or "",
             "hvd_base_pip_index": net.pip_index or "",
             "hvd_pyenv_wheelhouse": canonical(net.wheelhouse),
-            **(bundle_vars(net.bundle) if net.bundle else {}),
+            **(bundle_vars(net.bundle, net.bundle_sha256, net.bundle_signers) if net.bundle else {}),
         },
         "stack.yml": {"hvd_stack": stack, **stack_vars(stack, plan.patches if plan else ()),
                       **(preflight_vars(stack) if plan else {}), **bundled_tarball(stack, net.bundle)},
@@ -348,13 +350,15 @@ def canonical(path: str | None) -> str:
     return os.path.realpath(path) if path else ""
 
 
-def bundle_vars(folder: str) -> dict[str, Any]:
+def bundle_vars(folder: str, sha256: str | None = None, signers: str | None = None) -> dict[str, Any]:
     """An offline bundle (network.bundle or ``up --bundle``): hvd_base installs from its apt repository only (pip
     with --no-index), hvd_pyenv is offered its wheelhouse (as when it was made: part of the env's key) and its
     locked distributions in the index's place; the cache entries it carries reach the controller cache in hvd_base."""
     folder = canonical(folder)
     wheelhouse = os.path.join(folder, "wheelhouse")
     return {"hvd_base_bundle": folder,
+            # what the bundle is trusted through, checked again by hvd_base (a hand-run playbook too)
+            "hvd_base_bundle_sha256": sha256 or "", "hvd_base_bundle_signers": canonical(signers or ""),
             "hvd_pyenv_wheelhouse": wheelhouse if os.path.isdir(wheelhouse) and os.listdir(wheelhouse) else "",
             "hvd_pyenv_index_wheels": os.path.join(folder, "pypi")}
 
