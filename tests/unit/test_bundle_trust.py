@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from hvdcluster import bundle, cli
+from tests.unit.test_bundle_manifest import make_bundle
 
 LIB = bundle.manifest_lib()
 ENV = "cache/envs/env-0123456789abcdef.tar.zst"
@@ -40,17 +41,6 @@ FILES = {
     WHEEL + ".sha256": sidecar(WHEEL, WHEEL_DATA),
 }
 HOSTS = "cluster: gap\nhosts: [10.0.0.1]\n"
-
-
-def make_bundle(folder: Path, files: dict[str, bytes]) -> Path:
-    entries = []
-    for rel, data in files.items():
-        path = folder / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-        entries.append({"path": rel, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "why": f"test {rel}"})
-    (folder / "manifest.yaml").write_text(LIB.dump(entries, {"by": "test"}))
-    return folder
 
 
 def digest(path: Path) -> str:
