@@ -438,7 +438,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     root = existing_inventory(args, cluster)
     names = [h.name for h in cluster.hosts]
     with lock.hold(root, "check"):
-        reading = nodestate.read(root, args.limit, hosts=[] if args.limit else names)
+        reading = nodestate.read(root, args.limit, hosts=[] if args.limit else names, deep=args.deep)
     scope = [n for n in names if n in reading.found or n in reading.unreachable]
     report = drift.compare(nodestate.desired(root, scope), {n: reading.found.get(n) for n in scope},
                            list(reading.unreachable))
@@ -672,6 +672,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "compares it with the state the last successful converge recorded and with its peers. "
                        "Exit code 0 in sync, 1 drifted or unreachable, 2 bad input.")
     read_only(p)
+    p.add_argument("--deep", action="store_true",
+                   help="hash every file of the env too (sha256), not only its size and time: slower, and sees an "
+                   "edit that kept both")
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("preflight", help="run the read-only pre-flight checks on every node and report",

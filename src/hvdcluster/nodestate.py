@@ -67,17 +67,19 @@ def collect(events: Iterable[dict], looks: dict[str, dict[str, Any]] | None = No
     return found, missing
 
 
-def read(root: Path, limit: str | None = None, hosts: Iterable[str] = (), look: bool = False) -> Reading:
+def read(root: Path, limit: str | None = None, hosts: Iterable[str] = (), look: bool = False,
+         deep: bool = False) -> Reading:
     """Read every node (or ``limit``) in check mode; ``hosts``: the nodes expected to answer; ``look``: the hosts
-    themselves too (``plan --probe``)."""
+    themselves too (``plan --probe``); ``deep``: every env file's sha256 too (``check --deep``)."""
     import time
 
     from .runner import run_playbook
 
     events: list[dict] = []
     start = time.monotonic()
+    extravars = {**({"hvd_state_look": {}} if look else {}), **({"hvd_state_deep": True} if deep else {})}
     result = run_playbook(root, "state.yml", limit=limit, check=True, on_event=events.append,
-                          extravars={"hvd_state_look": {}} if look else None)
+                          extravars=extravars or None)
     looks: dict[str, dict[str, Any]] = {}
     found, missing = collect(events, looks)
     for host in hosts:

@@ -378,8 +378,8 @@ def fake_reading(monkeypatch: pytest.MonkeyPatch, found: dict, unreachable: dict
 
     calls: list = []
 
-    def read(root, limit=None, hosts=()):
-        calls.append((root, limit))
+    def read(root, limit=None, hosts=(), deep=False):
+        calls.append((root, limit) if not deep else (root, limit, "deep"))
         return nodestate.Reading(found=found, unreachable=unreachable or {}, log="log", seconds=0.1)
 
     monkeypatch.setattr(nodestate, "read", read)
@@ -601,3 +601,9 @@ def test_a_first_converge_that_makes_the_cluster_key_is_recorded_with_it(hosts, 
     capsys.readouterr()
     assert cli.main(["up", str(hosts), "-o", str(rendered), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["fast_path"]["in_sync"] == ["gpu01", "gpu02"]
+
+
+def test_check_deep_asks_every_node_to_hash_its_env(hosts: Path, rendered: Path, monkeypatch, capsys) -> None:
+    calls = fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": dict(SHARED)})
+    cli.main(["check", str(hosts), "-o", str(rendered), "--deep"])
+    assert [c[2:] for c in calls] == [("deep",)]
