@@ -327,13 +327,14 @@ def _converge(args: argparse.Namespace, playbook: str, what: str, command: str) 
                                        diff=getattr(args, "diff", False), extravars=extravars, events=events)
         unrepaired: list[str] = []
         if converging and not tags:
-            converged = [h for h, s in tracker.hosts.items() if s.ok or s.changed]
+            converged = [h for h, s in tracker.hosts.items() if (s.ok or s.changed) and not s.unreachable]
             unrepaired = _close_loop(root, cluster, tracker, events, desired, converged=converged,
                                      records_current=records_current)
             if tracker.ok and result.rc == 0 and not args.limit and not unrepaired:
                 # after the run: a first converge makes the cluster key, which is one of the inputs
                 nodestate.record_inputs(root, nodestate.inputs_digest(root))  # the fast path's reference
-    extra = {"converged": [h for h, s in tracker.hosts.items() if (s.ok or s.changed) and not s.unrepaired]
+    extra = {"converged": [h for h, s in tracker.hosts.items()
+                           if (s.ok or s.changed) and not (s.unrepaired or s.failed or s.unreachable)]
              } if playbook == "site.yml" else {}
     return _finish(args, console, cluster, root, tracker, result, extra, unrepaired)
 
@@ -415,7 +416,8 @@ def _fast_path(args: argparse.Namespace) -> int | None:
         if tracker.ok and result.rc == 0 and not unrepaired:
             nodestate.record_inputs(root, inputs)
     return _finish(args, console, cluster, root, tracker, result,
-                   {"fast_path": fast, "converged": [n for n in drifted if not tracker.hosts[n].unrepaired]},
+                   {"fast_path": fast, "converged": [n for n in drifted if not (
+                       tracker.hosts[n].unrepaired or tracker.hosts[n].failed or tracker.hosts[n].unreachable)]},
                    unrepaired)
 
 

@@ -43,8 +43,14 @@ def test_the_admins_lines_answer_and_our_own_block_never_does(tmp_path: Path) ->
     assert not done.get("changed")
 
 
-def test_a_name_only_our_block_knows_is_not_resolved_from_it(tmp_path: Path) -> None:
-    """The wrong address in our block (10.99.99.99) must never come back as the truth."""
-    done = resolve(tmp_path, ["ghost.invalid"])
-    assert done["failed"] and "cannot resolve ghost.invalid" in done["msg"]
-    assert done["addresses"] == {"ghost.invalid": None}
+def test_our_block_never_outranks_another_source_and_is_only_kept_when_nothing_else_knows(tmp_path: Path) -> None:
+    """gpu07 is in the admin's lines and in our block (10.99.99.99): the admin's answer wins. ghost.invalid is only
+    in our block (a node that is down has left DNS): its address is kept, said so, rather than failing its peers."""
+    done = resolve(tmp_path, ["gpu07", "ghost.invalid"])
+    assert done["addresses"] == {"gpu07": "10.1.0.7", "ghost.invalid": "10.99.99.99"}
+    assert done["sources"] == {"gpu07": "hosts", "ghost.invalid": "kept"}
+
+
+def test_a_name_nothing_knows_fails_naming_it(tmp_path: Path) -> None:
+    done = resolve(tmp_path, ["nowhere.invalid"])
+    assert done["failed"] and "cannot resolve nowhere.invalid" in done["msg"]

@@ -12,8 +12,8 @@ description:
   - A name is looked up in the node's /etc/hosts outside every block hvdcluster manages (its own lines there are
     what it wrote, not the truth), then in DNS as an absolute name (a trailing dot - the files source of the name
     service never matches it, so the block is bypassed), then with each search domain of /etc/resolv.conf.
-    Only where none of those answers, and the name is not in hvdcluster's block, is the node's full resolver asked
-    (other name services).
+    Where none of those answers, the address hvdcluster's block already gives is kept (a node that is down has left
+    DNS; its peers must not fail for it), else the node's full resolver is asked (other name services).
   - Prefers IPv4. Changes nothing; supports check mode.
 options:
   names:
@@ -38,7 +38,7 @@ addresses:
   type: dict
   returned: success
 sources:
-  description: Name -> where its address came from (address, hosts, dns, search, resolver).
+  description: Name -> where its address came from (address, hosts, dns, search, kept, resolver).
   type: dict
   returned: success
 """
@@ -126,8 +126,11 @@ def resolve(name: str, hosts_file: str = "/etc/hosts", resolv_conf: str = "/etc/
             found = ask(f"{name}.{domain}.")
             if found:
                 return found, "search"
-    if name.lower().rstrip(".") in hosts_entries(hosts_file, ours=True):
-        return None, ""  # the full resolver would answer from our own block: what we wrote is not the truth
+    ours = hosts_entries(hosts_file, ours=True).get(name.lower().rstrip("."))
+    if ours:
+        # Nothing but our own block knows the name now (a node that is down has left its DNS): keep what we wrote
+        # rather than fail the healthy nodes; the full resolver is not asked, it would answer from that block too.
+        return prefer_v4(ours), "kept"
     found = ask(name)
     return (found, "resolver") if found else (None, "")
 
