@@ -408,8 +408,12 @@ def _fast_path(args: argparse.Namespace) -> int | None:
         nodestate.forget_inputs(root)  # recorded again only when the repair and the proof end well
         # One run: the roles' plays take only the drifted nodes (hvd_targets); the post-flight takes every node.
         events: list[dict] = []
+        # A node whose env manifest is not the recorded one while its files agree with it (the manifest itself was
+        # changed): hvd_pyenv installs its env again anyway.
+        reinstall = [n for n in drifted if any(d.item == "env.manifest" for d in report.drifted[n])]
+        extravars = {"hvd_targets": ",".join(drifted), **({"hvd_pyenv_reinstall": reinstall} if reinstall else {})}
         tracker, result = _tracked_run(root, cluster, console, "site.yml", tags=",".join([*roles, "hvd_state"]),
-                                       extravars={"hvd_targets": ",".join(drifted)}, events=events)
+                                       extravars=extravars, events=events)
         # The loop contract: the repaired nodes (and the others) read back against their records.
         # What no role repairs is named there too ("no role repairs it").
         unrepaired = _close_loop(root, cluster, tracker, events, want, converged=drifted, records_current=True)

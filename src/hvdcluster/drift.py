@@ -42,8 +42,11 @@ NO_RECORD_NOTE = "no desired record: compared with peers"
 
 # Items that legitimately differ from node to node: held against the node's own record only.
 # What may differ between healthy nodes: compared with the node's own record only. horovod.checked is the stamp of
-# the check-build that passed on that node (its build key and its installed RECORD's modification time).
-PER_NODE_ITEMS = ("os.kernel", "os.machine-id", "driver.loaded", "horovod.checked")
+# the check-build that passed on that node (its build key and its installed RECORD's modification time);
+# env.manifest is what the node's env manifest vouches for: the same on every node that installed the same archive,
+# but an env rebuilt from the same inputs by an earlier version (byte caches stamped with their install time) differs
+# in its bytes, so it is held against the node's own record, where a manifest changed to vouch for an addition shows.
+PER_NODE_ITEMS = ("os.kernel", "os.machine-id", "driver.loaded", "horovod.checked", "env.manifest")
 PER_NODE_PREFIXES = ("gpu.",)
 
 # Items every node must share: a node whose own record is odd among its peers' records is reported.
@@ -51,7 +54,7 @@ PEER_ITEMS = ("mpi.version", "mpi.path", "cuda.version", "cudnn.version", "drive
 PEER_PREFIXES = ("env.", "horovod.", "nccl.", "pkg.")
 
 # What every rank of a job must share: `run` launches only when these are identical on all nodes.
-GATE_ITEMS = ("env.lock", "env.key", "env.manifest", "horovod.version", "horovod.record", "horovod.key", "mpi.version",
+GATE_ITEMS = ("env.lock", "env.key", "horovod.version", "horovod.record", "horovod.key", "mpi.version",
               "nccl.version", "nccl.header")
 GATE_PREFIXES = ("env.dist.",)
 
@@ -120,6 +123,12 @@ def _role_rank(role: str) -> int:
 
 def _is_per_node(item: str) -> bool:
     return item in PER_NODE_ITEMS or item.startswith(PER_NODE_PREFIXES)
+
+
+def _repair_may_move(item: str) -> bool:
+    """Per-node stamps a converge of the node may rewrite (its env manifest is not one: the same archive gives the
+    same manifest, and a changed one is what a repair must put right)."""
+    return _is_per_node(item) and item != "env.manifest"
 
 
 def _is_peer_item(item: str) -> bool:
@@ -294,8 +303,8 @@ def confirm(
         for node, record in desired.items():
             now = found.get(node)
             if record is not None and node in converged and now is not None:
-                record = {**record, **{k: v for k, v in now.items() if _is_per_node(k)}}
-                record = {k: v for k, v in record.items() if not _is_per_node(k) or k in now}
+                record = {**record, **{k: v for k, v in now.items() if _repair_may_move(k)}}
+                record = {k: v for k, v in record.items() if not _repair_may_move(k) or k in now}
             want[node] = record
         report = compare(want, found, unreachable, order)
     else:

@@ -128,6 +128,14 @@ DRIFTS = {
         f"echo 'print(1)' > {SITE}/sitecustomize.py && cd {SITE}/psutil/__pycache__ && a=$(ls | head -1) && "
         "b=$(ls | sed -n 2p) && cp \"$b\" \"$a\" && echo 'include-system-site-packages = true' >> "
         "/opt/hvd/env/pyvenv.cfg && echo \"$a\" > /root/planted", "env.files", "hvd_pyenv"),
+    # sitecustomize.py added and the env's manifest rewritten to vouch for it: the files agree with the manifest,
+    # the manifest is not the one recorded; up installs the env again (hvd_pyenv_reinstall).
+    "env-manifest-vouches-for-an-addition": (
+        "python3 -c \"import hashlib, json, os; p = '/opt/hvd/env/.hvd-manifest'; m = json.load(open(p)); "
+        f"f = '{SITE}/sitecustomize.py'; open(f, 'w').write('print(1)'); s = os.stat(f); "
+        "m[os.path.relpath(f, '/opt/hvd/env')] = [s.st_size, s.st_mtime_ns, hashlib.sha256(open(f, 'rb').read())"
+        ".hexdigest()]; json.dump(m, open(p, 'w'), sort_keys=True, separators=(',', ':'))\"",
+        "env.manifest", "hvd_pyenv"),
     # A wrong address for node3 in our block (its fabric address is a DNS name): resolved again without the block.
     "hosts-block-wrong-ip": ("sed 's/^[0-9.]* node3 /10.99.99.99 node3 /' /etc/hosts > /root/hosts.new "
                              "&& ! cmp -s /etc/hosts /root/hosts.new && cat /root/hosts.new > /etc/hosts",

@@ -411,3 +411,12 @@ def test_the_role_order_up_repairs_in_is_the_order_site_yml_runs():
             for role in play.get("roles", []):
                 order += [tag for tag in role.get("tags", []) if tag.startswith("hvd_")]
     assert order == drift.ROLES
+
+
+def test_a_manifest_changed_to_vouch_for_an_addition_is_held_to_the_record_even_after_a_repair():
+    desired = nodes(NODES3, **{"env.manifest": "m" * 16})
+    after = nodes(NODES3, **{"env.manifest": "m" * 16})
+    after["node2"]["env.manifest"] = "x" * 16
+    report = drift.confirm(desired, after, converged=["node2"], records_current=True, order=NODES3)
+    assert [d.item for d in report.drifted["node2"]] == ["env.manifest"]
+    assert report.first_role("node2") == "hvd_pyenv"
