@@ -333,8 +333,7 @@ def _converge(args: argparse.Namespace, playbook: str, what: str, command: str) 
             if tracker.ok and result.rc == 0 and not args.limit and not unrepaired:
                 # after the run: a first converge makes the cluster key, which is one of the inputs
                 nodestate.record_inputs(root, nodestate.inputs_digest(root))  # the fast path's reference
-    extra = {"converged": [h for h, s in tracker.hosts.items()
-                           if (s.ok or s.changed) and not (s.unrepaired or s.failed or s.unreachable)]
+    extra = {"converged": [h for h, s in tracker.hosts.items() if (s.ok or s.changed) and s.ended_well]
              } if playbook == "site.yml" else {}
     return _finish(args, console, cluster, root, tracker, result, extra, unrepaired)
 
@@ -420,8 +419,7 @@ def _fast_path(args: argparse.Namespace) -> int | None:
         if tracker.ok and result.rc == 0 and not unrepaired:
             nodestate.record_inputs(root, inputs)
     return _finish(args, console, cluster, root, tracker, result,
-                   {"fast_path": fast, "converged": [n for n in drifted if not (
-                       tracker.hosts[n].unrepaired or tracker.hosts[n].failed or tracker.hosts[n].unreachable)]},
+                   {"fast_path": fast, "converged": [n for n in drifted if tracker.hosts[n].ended_well]},
                    unrepaired)
 
 

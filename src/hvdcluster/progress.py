@@ -47,6 +47,11 @@ class HostState:
     unrepaired: bool = False
 
     @property
+    def ended_well(self) -> bool:
+        """Neither failed, lost nor left differing after the converge (cli._close_loop)."""
+        return not (self.failed or self.unreachable or self.unrepaired)
+
+    @property
     def status(self) -> str:
         if self.unreachable:
             return "unreachable"
