@@ -643,6 +643,12 @@ def _url(ctx: _Context, node: Node, field: str) -> str:
     return value
 
 
+def _tarball(ctx: _Context, node: Node, field: str) -> str:
+    """The Open MPI tarball: an http(s) URL, or a file on the controller (relative to hosts.yaml; it must exist)."""
+    value = _string(ctx, node, field)
+    return _url(ctx, node, field) if "://" in value else _existing_file(ctx, node, field)
+
+
 def _installer(ctx: _Context, node: Node, field: str) -> str:
     """An installer is a URL (``https://...``) or a controller path: a URL must be a valid one."""
     value = _string(ctx, node, field)
@@ -897,7 +903,7 @@ _stack = _section(
                 "impl": _choice("openmpi"),
                 "version": _version,
                 "source": _choice("package", "source"),
-                "url": _url,
+                "url": _tarball,
                 "sha256": _sha256,
             }
         ),

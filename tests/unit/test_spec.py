@@ -794,3 +794,12 @@ def test_host_matching_follows_openssh() -> None:
     assert host_matches("*.LAB", "gpu01.lab") and not host_matches("*.lab,!gpu01.lab", "gpu01.lab")
     assert host_matches(_hashed("10.0.0.1"), "10.0.0.1") and not host_matches(_hashed("10.0.0.1"), "10.0.0.2")
     assert not host_matches("[ab]c", "ac")  # brackets are literal, not a character class
+
+
+def test_an_open_mpi_tarball_on_the_controller_is_taken_relative_to_hosts_yaml(tmp_path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "openmpi-4.1.4.tar.xz").write_bytes(b"tarball")
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("cluster: lab\nhosts: [10.0.0.1]\n"
+                     "stack: {mpi: {source: source, version: '4.1.4', url: src/openmpi-4.1.4.tar.xz}}\n")
+    assert load(str(hosts)).stack["mpi"]["url"] == str(tmp_path / "src" / "openmpi-4.1.4.tar.xz")
