@@ -152,6 +152,13 @@ def test_a_second_up_changes_nothing(converged) -> None:
     assert task_outcomes(doc["log"]).get(COMPILE, {"skipped"}) == {"skipped"}
 
 
+def test_check_mode_on_the_converged_cluster_changes_nothing(converged) -> None:
+    cli, _ = converged
+    rc, doc, err = _timed_up(cli, "check_mode_up_s", "--check")
+    assert rc == 0, err[-4000:]
+    assert all(h["changed"] == 0 for h in doc["hosts"].values()), doc["hosts"]
+
+
 def test_a_removed_mpirun_link_is_named_by_check_and_repaired_by_up(converged, lab: Lab) -> None:
     cli, _ = converged
     assert lab.exec(2, "rm", "/usr/local/bin/mpirun").returncode == 0
