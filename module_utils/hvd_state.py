@@ -391,8 +391,8 @@ def env_problems(prefix: str, dists: list[tuple[str, str, str, str]], deep: bool
     "changed" or "added"; a path inside site-packages is named relative to it, any other relative to the prefix.
 
     - Every file hvd_tree's manifest (``.hvd-manifest``) lists is checked as hvd_tree does (size and modification
-      time, ``deep``: sha256); every other file a RECORD lists with a sha256 must exist with its size (``deep``: its
-      hash). A missing manifest is itself a problem: the env was not installed by hvdcluster, or it was tampered with.
+      time, ``deep``: sha256); every other file the RECORD of a distribution installed later (Horovod), or of any
+      distribution when there is no manifest, lists with a sha256 must exist with its size (``deep``: its hash). A missing manifest is itself a problem: the env was not installed by hvdcluster, or it was tampered with.
     - The env holds nothing else: a file neither the manifest, Horovod's RECORD (installed later) nor hvdcluster's
       own markers account for is "added" - an extra distribution, a stray module, a ``*.pth`` or
       ``sitecustomize.py`` (both run at every interpreter start), a planted byte cache.
@@ -420,6 +420,10 @@ def env_problems(prefix: str, dists: list[tuple[str, str, str, str]], deep: bool
     for dist, _, site, info in dists:
         if dist in ENV_LATER:
             known |= _record_paths(site, info)
+        elif manifest is not None:
+            # what the manifest lists is judged by it; a RECORD line it does not list was never installed (a script
+            # a conda package's entry points replaced, say): not a problem of this env
+            continue
         for full, (want_hash, size) in _record_files(site, info).items():
             if full in listed:
                 continue
@@ -452,6 +456,25 @@ def manifest_d16(prefix: str) -> str:
     return d16(json.dumps(content, sort_keys=True, separators=(",", ":")).encode())
 
 
+def conda_packages(prefix: str) -> list[tuple[str, str, str]]:
+    """A conda env's packages as its ``conda-meta/*.json`` records say (name, version, build); [] for a venv. A
+    record that cannot be read is named with version "unreadable"."""
+    meta = os.path.join(prefix, "conda-meta")
+    try:
+        names = sorted(n for n in os.listdir(meta) if n.endswith(".json"))
+    except OSError:
+        return []
+    out = []
+    for file in names:
+        try:
+            with open(os.path.join(meta, file), encoding="utf-8") as handle:
+                record = json.load(handle)
+            out.append((str(record["name"]).lower(), str(record["version"]), str(record.get("build", ""))))
+        except (OSError, ValueError, KeyError, TypeError):
+            out.append((file[:-len(".json")], "unreadable", ""))
+    return out
+
+
 def env_state(root: str, env_prefix: str, deep: bool = False) -> dict:
     """``env.*`` (interpreter, key, lock, every distribution but Horovod, its files) and ``horovod.*``."""
     keys = ("env.python", "env.key", "env.lock", "env.files", "env.manifest", "horovod.version", "horovod.record", "horovod.key",
@@ -480,6 +503,8 @@ def env_state(root: str, env_prefix: str, deep: bool = False) -> dict:
             horovod.append((version, record))
         else:
             items.setdefault(f"env.dist.{name}", []).append(f"{version} {record}")
+    for name, version, build in conda_packages(prefix):
+        items.setdefault(f"env.conda.{name}", []).append(f"{version} {build}")
     out.update({key: ", ".join(sorted(values)) for key, values in items.items()})
     out["horovod.version"], out["horovod.record"] = horovod[0] if horovod else (ABSENT, ABSENT)
     out["env.files"] = verify_env(prefix, dists, deep)

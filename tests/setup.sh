@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything the demo and the tests need, on a fresh Debian or Ubuntu machine; safe to run again.
-#   apt: docker.io (engine), debootstrap (node images), openssh-client, python3-venv
+#   apt: docker.io (engine), debootstrap (node images), openssh-client, python3-venv, CPython's build dependencies
 #   a running Docker engine (started in the background when none answers)
 #   .venv with hvdcluster (editable) and the test tools: ansible (carries the collections), molecule, ...
 set -euo pipefail
@@ -13,6 +13,10 @@ command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
+# the tests' local conda channel builds CPython from Debian's source tarball (tests/conda_channel.py)
+for pkg in build-essential libssl-dev libffi-dev zlib1g-dev libbz2-dev liblzma-dev libsqlite3-dev uuid-dev xz-utils; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
 if [ ${#need[@]} -gt 0 ]; then
     echo "setup: apt-get install ${need[*]}"
     $sudo apt-get update -qq

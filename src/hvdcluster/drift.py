@@ -56,7 +56,7 @@ PEER_PREFIXES = ("env.", "horovod.", "nccl.", "pkg.")
 # What every rank of a job must share: `run` launches only when these are identical on all nodes.
 GATE_ITEMS = ("env.lock", "env.key", "horovod.version", "horovod.record", "horovod.key", "mpi.version",
               "nccl.version", "nccl.header")
-GATE_PREFIXES = ("env.dist.",)
+GATE_PREFIXES = ("env.dist.", "env.conda.")
 
 VALUE_WIDTH = 60
 

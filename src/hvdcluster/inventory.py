@@ -164,6 +164,8 @@ VAR_DOCS: dict[str, str] = {
     "hvd_base_apt_proxy": "apt proxy URL; empty: none.",
     "hvd_base_pip_index": "pip index URL; empty: pip's default.",
     "hvd_pyenv_wheelhouse": "Controller folder of wheels offered to pip on the nodes; empty: none.",
+    "hvd_pyenv_conda_channel": "conda: the only channel (network.conda_channel: a mirror URL or a local indexed\n"
+    "channel folder); empty: the channels of stack.python / the environment file.",
     "hvd_base_bundle": "An offline bundle (hvdcluster bundle): apt installs from its repository only, pip with\n"
     "--no-index.",
     "hvd_pyenv_index_wheels": "The bundle's locked distributions, offered to pip in the index's place.",
@@ -335,6 +337,8 @@ def group_vars(spec: ClusterSpec, plan: Plan | None = None) -> dict[str, dict[st
             "hvd_base_apt_proxy": net.apt_proxy or "",
             "hvd_base_pip_index": net.pip_index or "",
             "hvd_pyenv_wheelhouse": canonical(net.wheelhouse),
+            "hvd_pyenv_conda_channel": net.conda_channel if "://" in (net.conda_channel or "")
+            else canonical(net.conda_channel),
             **(bundle_vars(net.bundle, net.bundle_sha256, net.bundle_signers) if net.bundle else {}),
         },
         "stack.yml": {"hvd_stack": stack, **stack_vars(stack, plan.patches if plan else ()),
@@ -356,11 +360,14 @@ def bundle_vars(folder: str, sha256: str | None = None, signers: str | None = No
     locked distributions in the index's place; the cache entries it carries reach the controller cache in hvd_base."""
     folder = canonical(folder)
     wheelhouse = os.path.join(folder, "wheelhouse")
+    conda = os.path.join(folder, "conda")
     return {"hvd_base_bundle": folder,
             # what the bundle is trusted through, checked again by hvd_base (a hand-run playbook too)
             "hvd_base_bundle_sha256": sha256 or "", "hvd_base_bundle_signers": canonical(signers or ""),
             "hvd_pyenv_wheelhouse": wheelhouse if os.path.isdir(wheelhouse) and os.listdir(wheelhouse) else "",
-            "hvd_pyenv_index_wheels": os.path.join(folder, "pypi")}
+            "hvd_pyenv_index_wheels": os.path.join(folder, "pypi"),
+            # a conda env's locked packages, indexed: the only channel
+            "hvd_pyenv_conda_channel": conda if os.path.isdir(conda) else ""}
 
 
 def bundled_tarball(stack: dict[str, Any], folder: str | None) -> dict[str, Any]:
@@ -391,8 +398,8 @@ STACK_VARS: dict[tuple[str, ...], str] = {
     ("python", "prefix"): "hvd_pyenv_prefix",
     ("python", "packages"): "hvd_pyenv_packages",
     ("python", "environment_file"): "hvd_pyenv_environment_file",
-    ("python", "installer"): "hvd_pyenv_installer",
-    ("python", "installer_sha256"): "hvd_pyenv_installer_sha256",
+    ("python", "conda_packages"): "hvd_pyenv_conda_packages",
+    ("python", "channels"): "hvd_pyenv_channels",
     ("horovod", "version"): "hvd_horovod_version",
     ("horovod", "frameworks"): "hvd_horovod_frameworks",
     ("horovod", "gpu_operations"): "hvd_horovod_gpu_operations",

@@ -128,6 +128,7 @@ class NetworkSpec:
     apt_proxy: str | None = None
     pip_index: str | None = None
     wheelhouse: str | None = None
+    conda_channel: str | None = None  # a conda mirror (URL) or a local indexed channel folder: the only channel
     bundle: str | None = None  # an offline bundle folder (hvdcluster bundle): nodes install from it only
     bundle_sha256: str | None = None  # the sha256 of the bundle's manifest.yaml (its pin; or bundle_signers)
     bundle_signers: str | None = None  # an OpenSSH allowed-signers file: who may sign a bundle's manifest.yaml
@@ -649,10 +650,92 @@ def _tarball(ctx: _Context, node: Node, field: str) -> str:
     return _url(ctx, node, field) if "://" in value else _existing_file(ctx, node, field)
 
 
-def _installer(ctx: _Context, node: Node, field: str) -> str:
-    """An installer is a URL (``https://...``) or a controller path: a URL must be a valid one."""
+# A conda match spec as environment files write them (``python=3.11``, ``numpy >=1.26,<2``, ``pytorch=*=*cpu*``):
+# a package name, then version and build constraints; nothing a shell or a channel URL would read.
+_CONDA_SPEC = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*(?:\s*[=<>!~][A-Za-z0-9_.+*=<>!~,| -]*)?")
+# A channel by name (conda-forge, pytorch/label/nightly) or a URL (a mirror).
+_CHANNEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(?:/[A-Za-z0-9_.-]+)*")
+
+
+def _conda_spec(ctx: _Context, node: Node, field: str) -> str:
     value = _string(ctx, node, field)
-    return _url(ctx, node, field) if "://" in value else value
+    if "::" in value or "/" in value:
+        raise ctx.error(node, field, f"{value!r} names a channel; list channels under channels")
+    if not _CONDA_SPEC.fullmatch(value.strip()):
+        raise ctx.error(node, field, f"{value!r} is not a conda match spec (e.g. 'python=3.11', 'numpy >=1.26')")
+    return value.strip()
+
+
+def _channel(ctx: _Context, node: Node, field: str) -> str:
+    value = _string(ctx, node, field)
+    if "://" in value:
+        return _url_any(ctx, node, field)
+    if not _CHANNEL_NAME.fullmatch(value):
+        raise ctx.error(node, field, f"{value!r} is not a channel name (e.g. conda-forge) or a URL")
+    return value
+
+
+def _url_any(ctx: _Context, node: Node, field: str) -> str:
+    """A URL of any scheme but with the characters and form :func:`_url` requires (file:// for a local mirror)."""
+    value = _string(ctx, node, field)
+    if value.startswith(("http://", "https://")):
+        return _url(ctx, node, field)
+    if not value.startswith("file:///") or not _URL_CHARS.fullmatch(value):
+        raise ctx.error(node, field, f"{value!r} is not an http://, https:// or file:/// URL")
+    return value
+
+
+def _conda_channel(ctx: _Context, node: Node, field: str) -> str:
+    """network.conda_channel: a mirror URL, or a controller folder holding an indexed channel."""
+    value = _string(ctx, node, field)
+    if "://" in value:
+        return _url_any(ctx, node, field)
+    path = _existing_directory(ctx, node, field)
+    if not any(os.path.isfile(os.path.join(path, sub, "repodata.json")) for sub in ("noarch", "linux-64",
+                                                                                   "linux-aarch64")):
+        raise ctx.error(node, field, f"{path} is not an indexed conda channel (no <subdir>/repodata.json)")
+    return path
+
+
+_ENV_FILE_KEYS = ("name", "channels", "dependencies")
+
+
+def _environment_file(ctx: _Context, node: Node, field: str) -> str:
+    """A conda environment.yml: channels, dependencies (conda match specs and one ``pip:`` list of requirements).
+    It is read here, so a mistake in it is named by its own path, line and field before any node is touched."""
+    path = _existing_file(ctx, node, field)
+    data = _file_bytes(ctx, node, field, path, MAX_FILE_BYTES)
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise ctx.error(node, field, f"{path} is not valid UTF-8") from None
+    sub = _Context(path=path, base_dir=os.path.dirname(path))
+    root = _compose(sub, text)
+    if root is None:
+        raise ctx.error(node, field, f"{path} is empty")
+    _check_expansion(sub, root)
+    fields = _fields(sub, root, "", _ENV_FILE_KEYS)
+    for key in fields:
+        if key == "name":
+            _string(sub, fields[key], key)
+        elif key == "channels":
+            _list_of(_channel, unique=True)(sub, fields[key], key)
+    deps = fields.get("dependencies")
+    if deps is not None:
+        if not isinstance(deps, SequenceNode):
+            raise sub.error(deps, "dependencies", "expected a list of conda match specs and one {pip: [...]}")
+        pips = 0
+        for index, child in enumerate(deps.value):
+            where = f"dependencies[{index}]"
+            if isinstance(child, MappingNode):
+                pip = _fields(sub, child, where, ("pip",), required=("pip",))
+                pips += 1
+                if pips > 1:
+                    raise sub.error(child, where, "a second pip: section; list every pip requirement in one")
+                _list_of(_requirement)(sub, pip["pip"], f"{where}.pip")
+            else:
+                _conda_spec(sub, child, where)
+    return path
 
 
 _PREFIX_CHARS = re.compile(r"[A-Za-z0-9._/-]+")
@@ -886,9 +969,34 @@ _TOP_KEYS = ("cluster", "ssh", "hosts", "stack", "network", "set_hostname")
 _SSH_KEYS = ("user", "port", "identity", "become", "proxy_jump", "known_hosts")
 _JUMP_KEYS = ("host", "port", "user", "identity", "host_key")
 _HOST_KEYS = ("name", "address", "port", "fabric_address", "fabric_port", "slots", "host_key")
-_NETWORK_KEYS = ("ca_bundle", "apt_proxy", "pip_index", "wheelhouse", "bundle", "bundle_sha256", "bundle_signers")
+_NETWORK_KEYS = ("ca_bundle", "apt_proxy", "pip_index", "wheelhouse", "conda_channel", "bundle", "bundle_sha256",
+                 "bundle_signers")
 # With an offline bundle, nodes use nothing else: these would be sources next to it.
-NOT_WITH_BUNDLE = ("apt_proxy", "pip_index", "wheelhouse")
+NOT_WITH_BUNDLE = ("apt_proxy", "pip_index", "wheelhouse", "conda_channel")
+
+_PYTHON_SCHEMA: dict[str, _Validator] = {
+    "manager": _choice("venv", "conda"),
+    "version": _version,
+    "prefix": _env_prefix,
+    "packages": _list_of(_requirement),
+    "environment_file": _environment_file,
+    "conda_packages": _list_of(_conda_spec, unique=True),
+    "channels": _list_of(_channel, unique=True),
+}
+_python_fields = _section(_PYTHON_SCHEMA)
+_CONDA_ONLY = ("environment_file", "conda_packages", "channels")
+
+
+def _python(ctx: _Context, node: Node, field: str) -> dict[str, Any]:
+    """stack.python; the conda fields only with manager: conda."""
+    out = _python_fields(ctx, node, field)
+    if out.get("manager", "venv") != "conda":
+        for key in _CONDA_ONLY:
+            if key in out:
+                value = _fields(ctx, node, field, _PYTHON_SCHEMA)[key]
+                raise ctx.error(value, _join(field, key), "only with manager: conda (this environment is a venv)")
+    return out
+
 
 _stack = _section(
     {
@@ -907,17 +1015,7 @@ _stack = _section(
                 "sha256": _sha256,
             }
         ),
-        "python": _section(
-            {
-                "manager": _choice("venv", "conda"),
-                "version": _version,
-                "prefix": _env_prefix,
-                "packages": _list_of(_requirement),
-                "environment_file": _string,
-                "installer": _installer,
-                "installer_sha256": _sha256,
-            }
-        ),
+        "python": _python,
         "horovod": _section(
             {
                 "version": _version,
@@ -1101,6 +1199,7 @@ def _network(ctx: _Context, node: Node, field: str) -> NetworkSpec:
         apt_proxy=_get(ctx, fields, "apt_proxy", field, _url),
         pip_index=_get(ctx, fields, "pip_index", field, _url),
         wheelhouse=_get(ctx, fields, "wheelhouse", field, _existing_directory),
+        conda_channel=_get(ctx, fields, "conda_channel", field, _conda_channel),
         bundle=_get(ctx, fields, "bundle", field, _bundle),
         bundle_sha256=_get(ctx, fields, "bundle_sha256", field, _sha256),
         bundle_signers=_get(ctx, fields, "bundle_signers", field, _existing_file),

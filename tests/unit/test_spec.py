@@ -184,6 +184,7 @@ def test_full_example_loads_every_field(tmp_path: Path) -> None:
     (tmp_path / "keys" / "id_lab").write_text(KEY)
     (tmp_path / "corp-ca.pem").write_text(CA)
     (tmp_path / "wheels").mkdir()
+    (tmp_path / "env.yml").write_text("channels: [conda-forge]\ndependencies: [python=3.11, {pip: [torch==2.3.1]}]\n")
     hosts_file = tmp_path / "hosts.yaml"
     hosts_file.write_text(
         """\
@@ -221,8 +222,8 @@ stack:
     prefix: /opt/hvd/env/
     packages: ["torch==2.3.1", numpy]
     environment_file: env.yml
-    installer: https://example.invalid/Miniforge3.sh
-    installer_sha256: "0000000000000000000000000000000000000000000000000000000000000000"
+    conda_packages: ["numpy >=1.26"]
+    channels: [conda-forge]
   horovod:
     version: "0.28.1"
     frameworks: [pytorch, tensorflow]
@@ -267,9 +268,9 @@ network:
                 "version": "3.11",
                 "prefix": "/opt/hvd/env",
                 "packages": ["torch==2.3.1", "numpy"],
-                "environment_file": "env.yml",
-                "installer": "https://example.invalid/Miniforge3.sh",
-                "installer_sha256": "0" * 64,
+                "environment_file": str(tmp_path / "env.yml"),
+                "conda_packages": ["numpy >=1.26"],
+                "channels": ["conda-forge"],
             },
             "horovod": {
                 "version": "0.28.1",
@@ -558,11 +559,13 @@ def test_a_decimal_port_is_read_as_written() -> None:
 )
 @pytest.mark.parametrize(
     "field",
-    ["stack.python.environment_file", "stack.python.installer", "network.apt_proxy", "ssh.user", "hosts[0].name"],
+    ["stack.python.environment_file", "stack.python.channels[0]", "network.apt_proxy", "ssh.user", "hosts[0].name"],
 )
 def test_no_string_field_takes_template_syntax_or_control_characters(field: str, value: str) -> None:
     section, _, key = field.rpartition(".")
     quoted = json.dumps(value)  # JSON is YAML: escapes survive as the characters they stand for
+    if key.endswith("[0]"):  # a list's first item
+        key, quoted = key[:-3], f"[{quoted}]"
     documents = {
         "stack.python": f"cluster: lab\nhosts: [10.0.0.1]\nstack: {{python: {{{key}: {quoted}}}}}\n",
         "network": f"cluster: lab\nhosts: [10.0.0.1]\nnetwork: {{{key}: {quoted}}}\n",
@@ -803,3 +806,46 @@ def test_an_open_mpi_tarball_on_the_controller_is_taken_relative_to_hosts_yaml(t
     hosts.write_text("cluster: lab\nhosts: [10.0.0.1]\n"
                      "stack: {mpi: {source: source, version: '4.1.4', url: src/openmpi-4.1.4.tar.xz}}\n")
     assert load(str(hosts)).stack["mpi"]["url"] == str(tmp_path / "src" / "openmpi-4.1.4.tar.xz")
+
+
+@pytest.mark.parametrize(
+    ("content", "field", "line", "message"),
+    [
+        ("channels: [conda-forge]\ndependencies:\n  - python=3.11\n  - {{ evil }}\n", "dependencies[1]", 4, "plain names"),
+        ("dependencies:\n  - python=3.11\n  - 'numpy; rm -f x'\n", "dependencies[1]", 3, "not a conda match spec"),
+        ("dependencies:\n  - pip:\n      - torch==2.3.1\n  - pip: [numpy]\n", "dependencies[1]", 4, "second pip"),
+        ("dependencies:\n  - pip:\n      - https://example.invalid/x.whl\n", "dependencies[0].pip[0]", 3,
+         "not a package requirement"),
+        ("prefix: /opt/x\ndependencies: [python]\n", "prefix", 1, "unknown key 'prefix'"),
+        ("channels: ['bad channel']\n", "channels[0]", 1, "not a channel name"),
+    ],
+)
+def test_a_bad_environment_file_is_named_by_its_own_path_line_and_field(
+        tmp_path: Path, content: str, field: str, line: int, message: str) -> None:
+    """The environment file is read when hosts.yaml is: a mistake in it stops the run before any node is touched."""
+    (tmp_path / "env.yml").write_text(content)
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("cluster: lab\nhosts: [10.0.0.1]\nstack: {python: {manager: conda, environment_file: env.yml}}\n")
+    with pytest.raises(SpecError) as caught:
+        load(hosts)
+    err = caught.value
+    assert (err.path, err.field, err.line) == (str(tmp_path / "env.yml"), field, line), str(err)
+    assert message in err.message, str(err)
+
+
+def test_a_good_environment_file_and_a_local_conda_channel_load(tmp_path: Path) -> None:
+    (tmp_path / "env.yml").write_text("name: hvd\nchannels: [conda-forge, https://mirror.invalid/conda]\n"
+                                      "dependencies:\n  - python=3.11\n  - numpy >=1.26,<2\n  - pip:\n"
+                                      "      - torch==2.13.0\n")
+    (tmp_path / "channel" / "noarch").mkdir(parents=True)
+    (tmp_path / "channel" / "noarch" / "repodata.json").write_text("{}")
+    (tmp_path / "empty").mkdir()
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("cluster: lab\nhosts: [10.0.0.1]\nnetwork: {conda_channel: ./channel}\n"
+                     "stack: {python: {manager: conda, environment_file: env.yml}}\n")
+    spec = load(hosts)
+    assert spec.stack["python"]["environment_file"] == str(tmp_path / "env.yml")
+    assert spec.network.conda_channel == str(tmp_path / "channel")
+    hosts.write_text("cluster: lab\nhosts: [10.0.0.1]\nnetwork: {conda_channel: ./empty}\n")
+    with pytest.raises(SpecError, match="not an indexed conda channel"):
+        load(hosts)
