@@ -13,6 +13,7 @@ Layout of a bundle folder::
     wheelhouse/        the wheelhouse hosts.yaml offered when the bundle was made (part of the env's key)
     cache/             controller-cache entries: the packed env and the built Horovod wheel, with .sha256
     openmpi/           the Open MPI tarball, when the stack builds it from source
+    conda/             a conda env's locked packages as an indexed channel (<subdir>/repodata.json), its only channel
 
 Trust has one root: the manifest's bytes, pinned by their sha256 or signed by a key of an OpenSSH allowed-signers
 file (``authenticate``); every other file is then trusted by the sha256 the manifest gives it, and by nothing else
@@ -36,7 +37,8 @@ NAMESPACE = "hvdcluster-bundle"  # ssh-keygen -Y's namespace: a signature made f
 FORMAT = 1
 BLOCK = 1 << 20
 # What each folder is for, and the role that needs it (named when a file is missing).
-ROLES = {"apt": "hvd_base", "pypi": "hvd_pyenv", "wheelhouse": "hvd_pyenv", "openmpi": "hvd_openmpi"}
+ROLES = {"apt": "hvd_base", "pypi": "hvd_pyenv", "wheelhouse": "hvd_pyenv", "openmpi": "hvd_openmpi",
+         "conda": "hvd_pyenv"}
 CACHE_ROLES = {"envs": "hvd_pyenv", "horovod": "hvd_horovod"}
 
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
 import tarfile
+import tempfile
 import time
 import urllib.request
 from functools import cache
@@ -24,7 +26,7 @@ from . import paths
 from .errors import HvdError
 
 # Folders whose files the manifest lists; `bundle --verify` names a file in one of them that the manifest does not list.
-FOLDERS = ("apt", "pypi", "wheelhouse", "cache", "openmpi")
+FOLDERS = ("apt", "pypi", "wheelhouse", "cache", "openmpi", "conda")
 WHEELHOUSE_PATTERNS = (".whl", ".tar.gz", ".zip")  # what hvd_pyenv offers from a wheelhouse
 # Left in a bundle folder from a run's start: a run cut short before its manifest may be run again into it.
 MARKER = ".hvdcluster-bundle"
@@ -237,6 +239,84 @@ def cache_entries(keys: dict[str, str], cache_dir: Path, dest: Path) -> list[dic
             item_sha = sha if item is path else _sha256(item)
             copy_if_changed(item, dest / rel, item_sha)
             entries.append({"path": rel, "sha256": item_sha, "size": item.stat().st_size, "why": item_why})
+    return entries
+
+
+# What a conda channel's repodata.json holds of each package (the env's conda-meta records hold these and more).
+_REPODATA_KEYS = ("name", "version", "build", "build_number", "depends", "constrains", "license", "license_family",
+                  "md5", "sha256", "size", "subdir", "timestamp", "noarch", "track_features", "features")
+
+
+def _env_members(archive: Path, work: Path) -> tuple[str | None, dict[str, dict]]:
+    """A packed env's conda lock (hvd-conda.lock) and conda-meta records; (None, {}) for a venv."""
+    proc = subprocess.run(["tar", "--zstd", "-xf", str(archive), "-C", str(work), "--wildcards",
+                           "./hvd-conda.lock", "./conda-meta/*.json"], capture_output=True, text=True)
+    lock = work / "hvd-conda.lock"
+    if not lock.is_file():
+        if proc.returncode != 0 and "Not found in archive" not in proc.stderr:
+            raise HvdError(f"bundle: {archive}: cannot read it: {proc.stderr.strip()[-300:]}")
+        return None, {}
+    records = {}
+    for path in sorted((work / "conda-meta").glob("*.json")):
+        record = json.loads(path.read_text())
+        name = record.get("fn") or os.path.basename(str(record.get("url", "")))
+        records[name] = record
+    return lock.read_text(), records
+
+
+def conda_entries(env_archive: Path, channel: str | None, dest: Path) -> list[dict[str, Any]]:
+    """A conda env's locked packages as a channel inside the bundle (``conda/<subdir>/<file>`` and each subdir's
+    ``repodata.json``, made from the env's own conda-meta records), which ``up --bundle`` makes the only channel. Each
+    package comes from hosts.yaml's local channel folder (``network.conda_channel``), else from the lock's URL, and
+    must have the lock's sha256. A venv's archive adds nothing."""
+    with tempfile.TemporaryDirectory(prefix="hvd-bundle-conda-") as tmp:
+        lock, records = _env_members(env_archive, Path(tmp))
+    if lock is None:
+        return []
+    entries, repodata = [], {}
+    for line in lock.splitlines():
+        if not line or line.startswith(("#", "@")):
+            continue
+        url, _, sha = line.partition("#")
+        subdir, name = url.rstrip("/").rsplit("/", 2)[-2:]
+        target = dest / "conda" / subdir / name
+        local = Path(channel) / subdir / name if channel and "://" not in channel else None
+        if not (target.is_file() and _sha256(target) == sha):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp_file = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            try:
+                if local is not None and local.is_file():
+                    shutil.copyfile(local, tmp_file)
+                elif url.startswith(("http://", "https://")):
+                    with urllib.request.urlopen(url, timeout=60) as response, open(tmp_file, "wb") as out:  # noqa: S310
+                        shutil.copyfileobj(response, out)
+                else:
+                    raise OSError(f"not in {channel or 'a local channel'} and {url} is not a URL this machine can fetch")
+            except OSError as exc:
+                tmp_file.unlink(missing_ok=True)
+                raise HvdError(f"bundle: conda package {name}: cannot get it: {exc}") from None
+            found = _sha256(tmp_file)
+            if found != sha:
+                tmp_file.unlink()
+                raise HvdError(f"bundle: conda package {name}: sha256 {found}, the env's lock says {sha}")
+            os.replace(tmp_file, target)
+        record = records.get(name)
+        if record is None:
+            raise HvdError(f"bundle: {env_archive}: the env holds no conda-meta record for {name}")
+        kind = "packages.conda" if name.endswith(".conda") else "packages"
+        repodata.setdefault(subdir, {"info": {"subdir": subdir}, "packages": {}, "packages.conda": {},
+                                     "repodata_version": 1})[kind][name] = {
+            key: record[key] for key in _REPODATA_KEYS if key in record and record[key] not in (None, "")}
+        entries.append({"path": f"conda/{subdir}/{name}", "sha256": sha, "size": target.stat().st_size,
+                        "why": "a package of the conda env's lock (hvd-conda.lock), for a rebuild without egress"})
+    for subdir in sorted({"noarch", *repodata}):  # a channel always has noarch/
+        index = dest / "conda" / subdir / "repodata.json"
+        index.parent.mkdir(parents=True, exist_ok=True)
+        data = repodata.get(subdir) or {"info": {"subdir": subdir}, "packages": {}, "packages.conda": {},
+                                        "repodata_version": 1}
+        index.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        entries.append({"path": f"conda/{subdir}/repodata.json", "sha256": _sha256(index),
+                        "size": index.stat().st_size, "why": "the index of the bundle's conda channel"})
     return entries
 
 

@@ -527,7 +527,11 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     console.step(3, 3, f"write {dest / 'manifest.yaml'}")
     collected = tracker.stats.get("hvd_bundle") or {}
     fetched = bundle.unpack_incoming(dest)
-    extra += bundle.cache_entries(collected.get("keys") or {}, paths.controller_cache(), dest)
+    keys = collected.get("keys") or {}
+    extra += bundle.cache_entries(keys, paths.controller_cache(), dest)
+    if keys.get("env"):
+        extra += bundle.conda_entries(paths.controller_cache() / "envs" / f"env-{keys['env']}.tar.zst",
+                                      cluster.network.conda_channel, dest)
     summary = {**bundle.finish(dest, collected, extra, node, earlier), "fetched": fetched, "resolver": node}
     if args.sign:
         summary["signature"] = str(bundle.sign(dest, args.sign))

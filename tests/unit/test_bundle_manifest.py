@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from hvdcluster import bundle, cli, inventory, spec
+from hvdcluster.errors import HvdError
 
 LIB = bundle.manifest_lib()
 
@@ -198,3 +199,64 @@ def test_up_with_a_source_stack_and_a_bundle_without_its_tarball_exits_2(folder:
     err = capsys.readouterr().err
     assert "holds no Open MPI tarball" in err and "hvd_openmpi" in err, err
     assert not (tmp_path / "inv").exists()
+
+
+def _conda_env_archive(tmp_path: Path, package: bytes) -> tuple[Path, Path, str]:
+    """A local channel holding one package, and a packed conda env (as hvd_pyenv packs it) whose lock names it."""
+    import subprocess  # noqa: PLC0415
+
+    name = "hvd-probe-1.0.0-h0_0.conda"
+    channel = tmp_path / "channel"
+    (channel / "noarch").mkdir(parents=True)
+    (channel / "noarch" / name).write_bytes(package)
+    sha = hashlib.sha256(package).hexdigest()
+    env = tmp_path / "env"
+    (env / "conda-meta").mkdir(parents=True)
+    (env / "hvd-conda.lock").write_text(
+        f"# lock\n@EXPLICIT\nfile:///var/lib/hvdcluster/pyenv/channel/noarch/{name}#{sha}\n")
+    record = {"name": "hvd-probe", "version": "1.0.0", "build": "h0_0", "build_number": 0, "depends": [],
+              "subdir": "noarch", "noarch": "generic", "sha256": sha, "md5": hashlib.md5(package).hexdigest(),
+              "size": len(package), "fn": name, "url": f"file:///x/noarch/{name}", "files": ["bin/hvd-probe"]}
+    (env / "conda-meta" / "hvd-probe-1.0.0-h0_0.json").write_text(json.dumps(record))
+    archive = tmp_path / "env-0123456789abcdef.tar.zst"
+    subprocess.run(["tar", "-C", str(env), "--zstd", "-cf", str(archive), "."], check=True)
+    return archive, channel, sha
+
+
+def test_a_conda_envs_locked_packages_become_an_indexed_channel_in_the_bundle(tmp_path: Path) -> None:
+    """bundle gathers the packages of the packed env's conda lock from the local channel, checks each by the lock's
+    sha256 and indexes them from the env's conda-meta records; rattler (the solver hvd_pyenv uses) solves against
+    the result. A package whose bytes differ from the lock is refused."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    archive, channel, sha = _conda_env_archive(tmp_path, b"a conda package\n")
+    dest = tmp_path / "bundle"
+    entries = bundle.conda_entries(archive, str(channel), dest)
+    paths = sorted(e["path"] for e in entries)
+    assert paths == ["conda/noarch/hvd-probe-1.0.0-h0_0.conda", "conda/noarch/repodata.json"]
+    assert {e["sha256"] for e in entries if e["path"].endswith(".conda")} == {sha}
+    solve = ("import asyncio, os, sys, rattler\n"
+             "r = asyncio.run(rattler.solve([rattler.Channel(sys.argv[1])], ['hvd-probe'],"
+             " platforms=[rattler.Platform.current(), rattler.Platform('noarch')]))\n"
+             "print(*[f'{x.name.normalized} {x.version} {x.sha256.hex()}' for x in r], flush=True)\nos._exit(0)\n")
+    proc = subprocess.run([sys.executable, "-c", solve, (dest / "conda").as_uri()], capture_output=True, text=True)
+    assert proc.stdout.split() == ["hvd-probe", "1.0.0", sha], proc.stdout + proc.stderr
+    (channel / "noarch" / "hvd-probe-1.0.0-h0_0.conda").write_bytes(b"another package\n")
+    with pytest.raises(HvdError, match="sha256 .* the env's lock says"):
+        bundle.conda_entries(archive, str(channel), tmp_path / "bundle2")
+
+
+def test_a_venv_archive_adds_no_conda_channel_and_the_inventory_points_at_one_that_exists(tmp_path: Path) -> None:
+    import subprocess  # noqa: PLC0415
+
+    env = tmp_path / "venv"
+    (env / "bin").mkdir(parents=True)
+    (env / "bin" / "python").write_text("")
+    archive = tmp_path / "env.tar.zst"
+    subprocess.run(["tar", "-C", str(env), "--zstd", "-cf", str(archive), "."], check=True)
+    assert bundle.conda_entries(archive, None, tmp_path / "b") == []
+    assert inventory.bundle_vars(str(tmp_path / "b"))["hvd_pyenv_conda_channel"] == ""
+    (tmp_path / "b" / "conda" / "noarch").mkdir(parents=True)
+    assert inventory.bundle_vars(str(tmp_path / "b"))["hvd_pyenv_conda_channel"] == str(
+        (tmp_path / "b" / "conda").resolve())

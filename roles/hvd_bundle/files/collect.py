@@ -141,6 +141,18 @@ def main(request_file: str, out_tar: str) -> None:
         with open(req, "w", encoding="utf-8") as handle:
             handle.writelines(f"{n}=={v} --hash=sha256:{s}\n" for n, v, s in wanted)
         run([pip, "download", "--require-hashes", *quiet, "-r", req], cwd=work)
+    tools = request.get("conda_tools") or []
+    if tools and os.path.isfile(os.path.join(prefix, "hvd-conda.lock")):  # a conda env: the tools that make it
+        before = set(os.listdir(pypi))
+        run([pip, "download", "--only-binary", ":all:", *quiet[:-3], "-d", pypi, *tools], cwd=work)
+        for name in sorted(set(os.listdir(pypi)) - before):
+            sha = sha256_of(os.path.join(pypi, name))
+            if any(item["sha256"] == sha for item in files):
+                continue
+            rel = have_sha.get(sha) or f"pypi/{name}"
+            files.append({"path": rel, "sha256": sha, "size": None, "why": "a conda tool hvd_pyenv makes the env with"})
+            if rel not in have:
+                new.append(rel)
     sdist = f"horovod-{request['horovod']}.tar.gz"
     if not any(rel == f"pypi/{sdist}" for rel in have):
         run([pip, "download", "--no-binary", ":all:", *quiet, f"horovod=={request['horovod']}"], cwd=work)
