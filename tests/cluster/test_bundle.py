@@ -159,13 +159,10 @@ def test_a_bundle_with_one_file_removed_fails_at_once_naming_it_and_touches_no_n
     subprocess.run(["cp", "-al", str(made["dir"]), str(copy)], check=True)
     gone = sorted((copy / "apt").glob("openmpi-bin_*.deb"))[0]
     gone.unlink()
-    start = time.monotonic()
     proc = Cli(installed, gapped)("up", "hosts.yaml", "--bundle", str(copy))
-    took = time.monotonic() - start
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"{gone}: missing from the bundle (needed by hvd_base" in proc.stderr, proc.stderr
-    assert took < 30, took  # the check comes before any node is contacted
-    assert not (gapped / "inventories").exists()
+    assert not (gapped / "inventories").exists()  # the check comes before any node is contacted
     for node in NODES:
         assert in_node(node, "test -e /etc/apt/apt.conf.d/01hvdcluster-bundle").returncode == 1
 
@@ -186,16 +183,13 @@ def test_an_unpinned_or_poisoned_bundle_is_refused_before_any_node_is_contacted(
                                                f"{hashlib.sha256(data).hexdigest()}  {env.name}\n".encode())):
         path.unlink()  # break the hard link before writing: the original stays intact
         path.write_bytes(content)
-    start = time.monotonic()
     proc = cli("up", "hosts.yaml", "--bundle", str(copy), env={"HVDCLUSTER_CACHE": str(cache)})
-    took = time.monotonic() - start
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert f"{env}: sha256 {hashlib.sha256(data).hexdigest()}, the manifest says" in proc.stderr, proc.stderr
     assert "(needed by hvd_pyenv" in proc.stderr, proc.stderr
-    assert took < 30, took  # the check comes before any node is contacted
     assert not cache.exists() or not any(cache.iterdir()), sorted(cache.rglob("*"))
-    assert not (gapped / "inventories").exists()
+    assert not (gapped / "inventories").exists()  # the check comes before any node is contacted
     for node in NODES:
         assert in_node(node, "test -e /etc/apt/apt.conf.d/01hvdcluster-bundle").returncode == 1
 

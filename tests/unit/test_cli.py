@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -327,10 +326,16 @@ def test_a_second_run_exits_at_once_naming_the_holder_and_touches_nothing(
     from hvdcluster import runner
 
     monkeypatch.setattr(runner, "run_playbook", lambda *a, **k: pytest.fail("ansible was started"))
+    real_flock, tries = lock.fcntl.flock, []
+
+    def flock(fd: int, operation: int) -> None:
+        tries.append(operation)
+        return real_flock(fd, operation)
+
+    monkeypatch.setattr(lock.fcntl, "flock", flock)
     before = _listing(tmp_path / "inv")
-    started = time.monotonic()
     assert cli.main([command, str(hosts), "-o", str(tmp_path / "inv")]) == 1
-    assert time.monotonic() - started < 5
+    assert tries == [lock.fcntl.LOCK_EX | lock.fcntl.LOCK_NB]  # one try, never waiting for the holder
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"hvdcluster: {tmp_path / 'inv' / 'c1'} is in use by pid {holder.pid} (started ")
     assert err.endswith(", command up); wait for it or stop it") and len(err.splitlines()) == 1

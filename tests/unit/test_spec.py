@@ -6,14 +6,18 @@ import base64
 import json
 import os
 import re
-import signal
-from collections.abc import Callable
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from hvdcluster import spec as spec_module
 from hvdcluster.errors import HvdError, SpecError
 from hvdcluster.spec import (
+    MAX_CA_BUNDLE_BYTES,
+    MAX_FILE_BYTES,
     SYSTEM_FOLDERS,
     SYSTEM_TREES,
     ClusterSpec,
@@ -462,24 +466,53 @@ def test_host_entry_must_be_an_address_or_a_mapping() -> None:
 # ------------------------------------------------------------------------------------------ hostile input: the file
 
 
-def _within(seconds: float, call: Callable[[], object]) -> object:
-    """Run ``call``; fail (instead of hanging) when it takes longer than ``seconds``."""
+class _Reads:
+    """What a file read of the loader did: the bytes ``os.read`` returned from the files it opened."""
 
-    def expired(signum: int, frame: object) -> None:
-        raise AssertionError(f"took longer than {seconds} s")
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.fds: set[int] = set()
 
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+
+@contextmanager
+def _reading(budget: int = MAX_CA_BUNDLE_BYTES + 1) -> Iterator[_Reads]:
+    """Count what the loader reads through ``os.open``/``os.read`` (read_regular_file's only way in).
+
+    A blocking open of a FIFO or a device, or a read past ``budget`` bytes, fails at once: a loader that would wait
+    for a writer or read /dev/zero forever fails the test instead of hanging it.
+    """
+    reads, real_open, real_read = _Reads(), os.open, os.read
+
+    def guarded_open(path: str | os.PathLike[str], flags: int, *args: int) -> int:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            mode = 0
+        if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)) and not flags & os.O_NONBLOCK:
+            raise AssertionError(f"{path} was opened blocking: that waits for a writer")
+        fd = real_open(path, flags, *args)
+        reads.fds.add(fd)
+        return fd
+
+    def counted_read(fd: int, size: int) -> bytes:
+        data = real_read(fd, size)
+        if fd in reads.fds:
+            reads.bytes += len(data)
+            assert reads.bytes <= budget, f"read more than {budget} bytes"
+        return data
+
+    os.open, os.read = guarded_open, counted_read
     try:
-        return call()
+        yield reads
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        os.open, os.read = real_open, real_read
 
 
-def _load_error(path: str | Path) -> SpecError:
-    with pytest.raises(SpecError) as caught:
-        _within(5, lambda: load(path))
+def _load_error(path: str | Path, read: int = 0) -> SpecError:
+    """The loader's refusal of ``path``, having read exactly ``read`` bytes of it."""
+    with _reading() as reads, pytest.raises(SpecError) as caught:
+        load(path)
+    assert reads.bytes == read
     return caught.value
 
 
@@ -503,17 +536,27 @@ def test_a_directory_is_refused(tmp_path: Path) -> None:
 def test_a_file_over_1_mib_is_refused_without_reading_it_all(tmp_path: Path) -> None:
     big = tmp_path / "hosts.yaml"
     big.write_text("cluster: lab\nhosts: [10.0.0.1]\n" + "#" * (1 << 20) + "\n")
-    assert "larger than 1 MiB" in _load_error(big).message
+    assert "larger than 1 MiB" in _load_error(big, read=MAX_FILE_BYTES + 1).message
 
 
-def test_a_merge_key_bomb_fails_fast_in_a_field_the_validators_walk() -> None:
+def _no_validators(*args: object) -> None:
+    raise AssertionError("the validators walked a document the loader's bounds should have refused")
+
+
+def test_a_merge_key_bomb_fails_fast_in_a_field_the_validators_walk(monkeypatch: pytest.MonkeyPatch) -> None:
     text = "cluster: lab\nhosts: [10.0.0.1]\ndefs:\n  m0: &m0 {user: root}\n"
     text += "".join(f"  m{i}: &m{i} {{<<: [{', '.join([f'*m{i - 1}'] * 9)}]}}\n" for i in range(1, 10))
     text += "ssh: {<<: *m9}\n"
     assert len(text.encode()) < 700
+    visits = []
+    children = spec_module._children
+    monkeypatch.setattr(spec_module, "_children", lambda node: visits.append(node) or children(node))
+    monkeypatch.setattr(spec_module, "_cluster_spec", _no_validators)
     with pytest.raises(SpecError) as caught:
-        _within(2, lambda: loads(text))
+        loads(text)
     assert caught.value.field == "<yaml>" and "alias bomb" in caught.value.message
+    # refused by a walk over the composed nodes (each visited twice at most), not over the 9**9 expanded values
+    assert len(visits) <= 2 * len({id(node) for node in visits}) < len(text)
 
 
 @pytest.mark.parametrize(
@@ -527,9 +570,11 @@ def test_a_merge_key_bomb_fails_fast_in_a_field_the_validators_walk() -> None:
     ],
     ids=["flow-nesting", "block-nesting", "alias-chain", "self-merge", "recursive-mapping"],
 )
-def test_deep_or_recursive_documents_are_spec_errors_never_recursion_errors(text: str) -> None:
+def test_deep_or_recursive_documents_are_spec_errors_never_recursion_errors(
+        text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spec_module, "_cluster_spec", _no_validators)  # refused before anything walks it expanded
     with pytest.raises(SpecError) as caught:
-        _within(5, lambda: loads(text))
+        loads(text)
     assert caught.value.field == "<yaml>"
 
 
@@ -678,9 +723,10 @@ def test_files_named_in_hosts_yaml_are_read_and_judged(
 @pytest.mark.parametrize("field", ["ssh.identity", "network.ca_bundle"])
 def test_a_fifo_named_as_a_file_is_refused_at_once(tmp_path: Path, field: str) -> None:
     os.mkfifo(tmp_path / "pipe")
-    with pytest.raises(SpecError) as caught:
-        _within(5, lambda: loads(_with_file(tmp_path, field, None, "pipe"), str(tmp_path / "hosts.yaml")))
+    with _reading() as reads, pytest.raises(SpecError) as caught:
+        loads(_with_file(tmp_path, field, None, "pipe"), str(tmp_path / "hosts.yaml"))
     assert caught.value.field == field and "not a regular file" in caught.value.message
+    assert reads.bytes == 0
 
 
 @pytest.mark.parametrize("field", ["ssh.identity", "network.ca_bundle"])
@@ -721,9 +767,10 @@ def test_a_bundle_of_several_certificates_with_comments_is_accepted(tmp_path: Pa
 
 @pytest.mark.skipif(not Path("/etc/ssl/certs/ca-certificates.crt").is_file(), reason="no system trust store here")
 def test_the_system_trust_store_is_a_valid_bundle() -> None:
-    spec = _within(10, lambda: loads("cluster: lab\nhosts: [10.0.0.1]\n"
-                                     "network: {ca_bundle: /etc/ssl/certs/ca-certificates.crt}\n"))
+    with _reading() as reads:
+        spec = loads("cluster: lab\nhosts: [10.0.0.1]\nnetwork: {ca_bundle: /etc/ssl/certs/ca-certificates.crt}\n")
     assert spec.network.ca_bundle == "/etc/ssl/certs/ca-certificates.crt"
+    assert reads.bytes == Path("/etc/ssl/certs/ca-certificates.crt").stat().st_size  # read once
 
 
 # ------------------------------------------------------------------------------------------ pinned node host keys
