@@ -574,13 +574,27 @@ def _launch_gate(args: argparse.Namespace, cluster: spec.ClusterSpec, root: Path
     return EXIT_FAILED
 
 
+def _run_hosts(args: argparse.Namespace) -> None:
+    """``run``'s hosts.yaml: HOSTS like every other command; the old ``--hosts FILE`` still works, with one
+    deprecation line on stderr; both at once exit 2; neither is ./hosts.yaml."""
+    if args.hosts is not None and args.hosts_flag is not None:
+        raise HvdError(f"run: give hosts.yaml once, as HOSTS: got {args.hosts} and --hosts {args.hosts_flag}")
+    if args.hosts_flag is not None:
+        print(f"hvdcluster run: --hosts is deprecated; write: hvdcluster run {shlex.quote(args.hosts_flag)} ...",
+              file=sys.stderr)
+        args.hosts = args.hosts_flag
+    elif args.hosts is None:
+        args.hosts = "hosts.yaml"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """Validate everything first (no node is contacted for that), then look up what only a node knows."""
     from . import launch
 
+    _run_hosts(args)
     if args.np is not None and args.np < 1:
         raise HvdError(f"run: -np must be at least 1 (got {args.np})")
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    command = args.job
     cluster = spec.load(args.hosts)
     root = existing_inventory(args, cluster)
     inv = inventory.read(root)
@@ -692,9 +706,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_preflight)
 
     p = sub.add_parser("run", help="launch a Horovod job with horovodrun on the first node",
+                       usage="hvdcluster run [HOSTS] [-o OUTPUT] [--gloo | --mpi] [-np NP] [--network-interface IF] "
+                       "[--print] [--no-gate] -- CMD...",
                        description="Builds the horovodrun command line from the inventory (hosts and slots, the "
-                       "env's interpreter, the fabric interface) and runs it on the first node over SSH.")
-    p.add_argument("--hosts", default="hosts.yaml", help="the cluster's hosts.yaml (default: ./hosts.yaml)")
+                       "env's interpreter, the fabric interface) and runs it on the first node over SSH. The job's "
+                       "command and its arguments come after --.")
+    p.add_argument("hosts", nargs="?", metavar="HOSTS", help="the cluster's hosts.yaml (default: ./hosts.yaml)")
+    p.add_argument("--hosts", dest="hosts_flag", metavar="FILE",
+                   help="deprecated spelling of HOSTS (prints a deprecation line; not together with HOSTS)")
     p.add_argument("-o", "--output", default="inventories", help="folder that holds the inventory folder <cluster>/")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--gloo", dest="controller", action="store_const", const="gloo", help="use Gloo")
@@ -706,13 +725,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-gate", action="store_true",
                    help="launch even when the nodes' env, Horovod build, MPI or NCCL differ (the gate reads every node "
                    "first and refuses such a launch)")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the program and its arguments")
-    p.set_defaults(func=cmd_run)
+    p.set_defaults(func=cmd_run, job=[])  # the words after `--` (main cuts them off before parsing)
     return parser
 
 
+def _cut_job(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """``run``'s job: every word after its first ``--``, kept out of argparse, which would read HOSTS from it."""
+    if argv[:1] == ["run"] and "--" in argv:
+        cut = argv.index("--")
+        return argv[:cut], argv[cut + 1:]
+    return argv, None
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv, job = _cut_job(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
+    if job is not None:
+        args.job = job
     try:
         return args.func(args)
     except HvdError as err:

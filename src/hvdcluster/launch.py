@@ -106,7 +106,7 @@ def build(
     """The launch of ``command`` on every slot (or ``np``). ``gpus``: the GPUs of the nodes whose slots hosts.yaml
     leaves open; None while they are not known yet (then only what is known is checked)."""
     if not command:
-        raise LaunchError("run: give the command to launch after --, e.g. hvdcluster run -- python train.py")
+        raise LaunchError("run: give the command to launch after --, e.g. hvdcluster run hosts.yaml -- python train.py")
     if not inv.hosts:
         raise LaunchError(f"{inv.path}: the inventory has no hosts")
     per_host = slots(inv, gpus)

@@ -173,7 +173,7 @@ def test_an_inventory_folder_that_is_a_file_exits_2(hosts: Path, tmp_path: Path,
 
 @pytest.mark.parametrize("np", ["0", "-1"])
 def test_run_with_fewer_than_one_process_exits_2_before_reading_anything(np: str, tmp_path: Path, capsys) -> None:
-    err = _refused(["run", "--hosts", str(tmp_path / "none.yaml"), "-np", np, "--print", "--", "python", "x.py"],
+    err = _refused(["run", str(tmp_path / "none.yaml"), "-np", np, "--print", "--", "python", "x.py"],
                    tmp_path, capsys, "-np must be at least 1")
     assert f"(got {np})" in err
 
@@ -205,7 +205,7 @@ def test_run_print_validates_against_the_inventory_without_contacting_a_node(
     hosts: Path, rendered: Path, no_ssh: list, capsys
 ) -> None:
     capsys.readouterr()
-    assert cli.main(["run", "--hosts", str(hosts), "-o", str(rendered), "-np", "3", "--print", "--", "python",
+    assert cli.main(["run", str(hosts), "-o", str(rendered), "-np", "3", "--print", "--", "python",
                      "t.py"]) == 0
     out = capsys.readouterr()
     assert "horovodrun -np 3 -H gpu01:2,gpu02:2" in out.out
@@ -215,7 +215,7 @@ def test_run_print_validates_against_the_inventory_without_contacting_a_node(
 def test_run_print_uses_the_interface_the_inventory_names(hosts: Path, rendered: Path, no_ssh: list, capsys) -> None:
     (rendered / "c1" / "group_vars" / "all" / "local.yml").write_text("hvd_fabric_interface: ib0\n")
     capsys.readouterr()
-    assert cli.main(["run", "--hosts", str(hosts), "-o", str(rendered), "--print", "--", "./job.sh"]) == 0
+    assert cli.main(["run", str(hosts), "-o", str(rendered), "--print", "--", "./job.sh"]) == 0
     assert "--network-interfaces ib0 ./job.sh" in capsys.readouterr().out
 
 
@@ -224,13 +224,56 @@ def test_run_with_more_processes_than_slots_exits_2_without_contacting_a_node(
     hosts: Path, rendered: Path, no_ssh: list, capsys, print_only: list[str]
 ) -> None:
     capsys.readouterr()
-    _refused(["run", "--hosts", str(hosts), "-o", str(rendered), "-np", "5", *print_only, "--", "python", "t.py"],
+    _refused(["run", str(hosts), "-o", str(rendered), "-np", "5", *print_only, "--", "python", "t.py"],
              rendered, capsys, "-np 5 is more than the 4 slots")
 
 
 def test_run_without_an_inventory_exits_2(hosts: Path, tmp_path: Path, no_ssh: list, capsys) -> None:
-    _refused(["run", "--hosts", str(hosts), "-o", str(tmp_path / "inv"), "--print", "--", "x"], tmp_path, capsys,
+    _refused(["run", str(hosts), "-o", str(tmp_path / "inv"), "--print", "--", "x"], tmp_path, capsys,
              "no inventory yet")
+
+
+def test_run_takes_hosts_first_like_every_command_and_the_job_after_dashes(
+    hosts: Path, rendered: Path, no_ssh: list, capsys
+) -> None:
+    capsys.readouterr()
+    argv = ["-o", str(rendered), "--print", "--", "python", "other.yaml", "--hosts", "x.yaml", "--", "-np", "9"]
+    assert cli.main(["run", str(hosts), *argv]) == 0
+    out = capsys.readouterr()
+    assert "horovodrun -np 4 -H gpu01:2,gpu02:2 /opt/hvd/env/bin/python other.yaml --hosts x.yaml -- -np 9'" in out.out
+    assert "deprecated" not in out.err
+    assert cli.main(["run", "--print", "-o", str(rendered), str(hosts), "--", "python", "other.yaml"]) == 0  # anywhere
+    assert "gpu02:2 /opt/hvd/env/bin/python other.yaml'" in capsys.readouterr().out
+
+
+def test_run_hosts_flag_still_works_with_one_deprecation_line(hosts: Path, rendered: Path, no_ssh: list,
+                                                              capsys) -> None:
+    capsys.readouterr()
+    assert cli.main(["run", str(hosts), "-o", str(rendered), "--print", "--", "python", "t.py"]) == 0
+    positional = capsys.readouterr().out
+    assert cli.main(["run", "--hosts", str(hosts), "-o", str(rendered), "--print", "--", "python", "t.py"]) == 0
+    out = capsys.readouterr()
+    assert out.out == positional
+    deprecated = [line for line in out.err.splitlines() if "deprecated" in line]
+    assert deprecated == [f"hvdcluster run: --hosts is deprecated; write: hvdcluster run {hosts} ..."]
+
+
+def test_run_with_hosts_given_both_ways_exits_2(hosts: Path, rendered: Path, no_ssh: list, capsys) -> None:
+    capsys.readouterr()
+    err = _refused(["run", str(hosts), "--hosts", str(hosts), "-o", str(rendered), "--print", "--", "python", "t.py"],
+                   rendered, capsys, "run: give hosts.yaml once, as HOSTS", f"--hosts {hosts}")
+    assert "deprecated" not in err
+
+
+def test_run_without_hosts_reads_the_hosts_yaml_here(hosts: Path, rendered: Path, no_ssh: list, capsys,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(hosts.parent)
+    capsys.readouterr()
+    assert cli.main(["run", "-o", str(rendered), "--print", "--", "python", "t.py"]) == 0
+    out = capsys.readouterr()
+    assert "horovodrun -np 4 -H gpu01:2,gpu02:2" in out.out and "deprecated" not in out.err
+    monkeypatch.chdir(rendered)
+    _refused(["run", "-o", str(rendered), "--print", "--", "python", "t.py"], rendered, capsys, "hosts.yaml")
 
 
 @pytest.mark.parametrize("command", ["up", "preflight"])
@@ -403,10 +446,10 @@ def test_run_gate_refuses_a_node_whose_env_differs_naming_it_and_no_gate_launche
                         subprocess.CompletedProcess(argv, 0))
     monkeypatch.setattr(launch, "fabric_interface", lambda inv, host: "eth0")
     capsys.readouterr()
-    assert cli.main(["run", "--hosts", str(hosts), "-o", str(rendered), "--", "python", "t.py"]) == 1
+    assert cli.main(["run", str(hosts), "-o", str(rendered), "--", "python", "t.py"]) == 1
     err = capsys.readouterr().err
     assert "not launching" in err and "gpu02" in err and "env.dist.torch" in err and not launched
-    assert cli.main(["run", "--hosts", str(hosts), "-o", str(rendered), "--no-gate", "--", "python", "t.py"]) == 0
+    assert cli.main(["run", str(hosts), "-o", str(rendered), "--no-gate", "--", "python", "t.py"]) == 0
     assert launched and "horovodrun" in launched[0][-1]
 
 
@@ -418,7 +461,7 @@ def test_run_gate_lets_identical_nodes_launch(hosts: Path, rendered: Path, monke
     monkeypatch.setattr(cli.subprocess, "run", lambda argv, **kw: launched.append(argv) or
                         subprocess.CompletedProcess(argv, 0))
     monkeypatch.setattr(launch, "fabric_interface", lambda inv, host: "eth0")
-    assert cli.main(["run", "--hosts", str(hosts), "-o", str(rendered), "--", "python", "t.py"]) == 0
+    assert cli.main(["run", str(hosts), "-o", str(rendered), "--", "python", "t.py"]) == 0
     assert len(calls) == 1 and len(launched) == 1
 
 
