@@ -131,9 +131,9 @@ ALLREDUCE = ("import torch, horovod.torch as hvd; hvd.init(); "
 
 def test_four_ranks_allreduce_under_horovodrun_mpi(converged, lab: Lab) -> None:
     cli, _ = converged
-    proc = cli("run", "--mpi", "-np", "4", "--", "python", "-c", ALLREDUCE)
+    proc = cli("run", "hosts.yaml", "--mpi", "-np", "4", "--", "python", "-c", ALLREDUCE)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    printed = cli("run", "--print", "--mpi", "-np", "4", "--", "python", "-c", "pass")
+    printed = cli("run", "hosts.yaml", "--print", "--mpi", "-np", "4", "--", "python", "-c", "pass")
     assert "-np 4 -H node1:2,node2:2 --mpi" in printed.stdout, printed.stdout
     seen = re.findall(r"allreduce rank=(\d) size=(\d) mpi=(\w+) sum=(\d+)", proc.stdout)
     assert sorted(s[0] for s in seen) == ["0", "1", "2", "3"], proc.stdout
