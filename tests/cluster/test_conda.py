@@ -1,0 +1,130 @@
+"""`manager: conda` for real: two nodes, a non-root sudo user, an environment.yml whose conda packages come from a
+local channel (built offline from Debian's CPython source tarball by tests/conda_channel.py, named in hosts.yaml as
+`network.conda_channel`, the way a site's mirror is) and whose `pip:` section installs PyTorch from the wheelhouse.
+
+`up` solves and locks the env with rattler on one node, adds the pip packages, checks it with conda-pack, packs it,
+fans it out, builds Horovod against the conda Python and proves the allreduce; the envs are byte-identical, `run`
+starts every rank in the env (CONDA_PREFIX), and a conda package taken out of one node is named by `check` and put
+back by `up`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.conftest import SUDO_USER, Cli, task_outcomes
+from tests.conda_channel import build as build_channel
+from tests.lab import Lab
+
+pytestmark = pytest.mark.containers
+
+PREFIX = "/opt/hvd/env"
+ENVIRONMENT = """\
+name: hvd
+channels: [conda-forge]  # replaced by network.conda_channel
+dependencies:
+  - python=3.11
+  - pip
+  - hvd-probe
+  - pip:
+      - torch==2.13.0
+"""
+
+
+@pytest.fixture(scope="module")
+def lab(node_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
+    channel = build_channel()
+    work = tmp_path_factory.mktemp("cda")
+    (work / "environment.yml").write_text(ENVIRONMENT)
+    stack = {"python": {"manager": "conda", "environment_file": "environment.yml"},
+             "horovod": {"frameworks": ["pytorch"]}}
+    lab = Lab("cda", 2, work, slots=2, stack=stack, user=SUDO_USER, network={"conda_channel": str(channel)})
+    lab.up()
+    yield lab
+    lab.down()
+
+
+@pytest.fixture(scope="module")
+def converged(installed: Path, lab: Lab) -> Cli:
+    cli = Cli(installed, lab.workdir)
+    rc, doc, err = cli.up_json()
+    assert rc == 0, err[-6000:]
+    assert doc["converged"] == ["node1", "node2"] and doc["not_repaired"] == [], doc
+    outcomes = task_outcomes(doc["log"])
+    assert "ok" in outcomes.get("hvd_pyenv : Solve, lock and install the conda packages with rattler", set()), \
+        sorted(outcomes)
+    return cli
+
+
+def tree(lab: Lab, i: int) -> list[str]:
+    """Every file's path and sha256 and every link's target under the prefix (the env and what Horovod added)."""
+    script = (f"cd {PREFIX} && find . -type f ! -name .hvd-manifest -print0 | sort -z | xargs -0 sha256sum && "
+              "find . -type l -printf '%p -> %l\\n' | sort")
+    proc = lab.exec(i, "sh", "-c", script)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
+
+
+def test_the_conda_env_is_byte_identical_on_both_nodes_and_locked(converged: Cli, lab: Lab) -> None:
+    one, two = tree(lab, 1), tree(lab, 2)
+    assert len(one) > 1000 and one == two, sorted(set(one) ^ set(two))[:20]
+    lock = lab.exec(1, "cat", f"{PREFIX}/hvd-conda.lock").stdout.splitlines()
+    assert lock[1] == "@EXPLICIT"
+    names = sorted(re.sub(r"-[^-]+-[^-]+\.conda#.*$", "", line.rsplit("/", 1)[1]) for line in lock[2:])
+    assert names == ["hvd-probe", "pip", "python"], lock
+    assert all(re.search(r"\.conda#[0-9a-f]{64}$", line) for line in lock[2:]), lock
+    pip_lock = lab.exec(1, "cat", f"{PREFIX}/hvd-requirements.lock").stdout
+    assert re.search(r"^torch==2\.13\.0\+cpu --hash=sha256:[0-9a-f]{64}$", pip_lock, re.M), pip_lock
+    # the interpreter is the conda package's (the node's own python3 is another build, at /usr/bin)
+    who = lab.exec(2, f"{PREFIX}/bin/python", "-I", "-c",
+                   "import sys, sysconfig; print(sys.prefix, sys.version.split()[0], sysconfig.get_config_var('prefix'))",
+                   user=SUDO_USER)
+    assert who.stdout.split() == [PREFIX, "3.11.2", PREFIX], who.stdout + who.stderr
+
+
+def test_horovod_is_built_against_the_conda_python_and_run_starts_every_rank_in_the_env(converged: Cli,
+                                                                                      lab: Lab) -> None:
+    check = lab.exec(1, f"{PREFIX}/bin/horovodrun", "--check-build", user=SUDO_USER)
+    assert check.returncode == 0 and re.search(r"\[X\] PyTorch", check.stdout), check.stdout + check.stderr
+    ext = lab.exec(1, "sh", "-c", f"ls {PREFIX}/lib/python3.11/site-packages/horovod/torch/mpi_lib_v2*.so")
+    assert ext.returncode == 0 and "cpython-311" in ext.stdout, ext.stdout + ext.stderr
+    code = ("import os, socket, sys, horovod.torch as hvd; hvd.init(); "
+            "print(f'rank={hvd.rank()} host={socket.gethostname()} conda={os.environ.get(\"CONDA_PREFIX\")} "
+            "py={sys.prefix} probe={os.path.exists(sys.prefix + \"/bin/hvd-probe\")}')")
+    proc = converged("run", "-np", "4", "--", "python", "-c", code)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    seen = re.findall(r"rank=(\d) host=(\S+) conda=(\S+) py=(\S+) probe=(\S+)", proc.stdout)
+    assert sorted(int(s[0]) for s in seen) == [0, 1, 2, 3], proc.stdout
+    assert Counter(s[1] for s in seen) == {"node1": 2, "node2": 2}, proc.stdout
+    assert {s[2:] for s in seen} == {(PREFIX, PREFIX, "True")}, proc.stdout
+
+
+def test_a_conda_package_taken_out_of_one_node_is_named_by_check_and_put_back_by_up(converged: Cli,
+                                                                                 lab: Lab) -> None:
+    removed = lab.exec(2, "sh", "-c", f"cd {PREFIX} && rm -f conda-meta/hvd-probe-*.json bin/hvd-probe "
+                                      "share/hvd-probe/VERSION && rmdir share/hvd-probe")
+    assert removed.returncode == 0, removed.stderr
+    proc = converged("check", "hosts.yaml", "--json")
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 1 and list(doc["drifted"]) == ["node2"], doc
+    named = {d["item"]: d for d in doc["drifted"]["node2"]}
+    assert "env.conda.hvd-probe" in named and named["env.conda.hvd-probe"]["role"] == "hvd_pyenv", named
+    assert "missing: bin/hvd-probe" in named["env.files"]["found"], named["env.files"]
+    rc, up, err = converged.up_json()
+    assert rc == 0 and up["converged"] == ["node2"] and up["not_repaired"] == [], err[-4000:]
+    assert up["hosts"]["node1"]["changed"] == 0
+    assert lab.exec(2, f"{PREFIX}/bin/hvd-probe").stdout.strip() == "hvd-probe 1.0.0"
+    proc = converged("check", "hosts.yaml", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["drifted"] == {}, proc.stdout[-3000:]
+    assert tree(lab, 1) == tree(lab, 2)
+
+
+def test_a_second_up_changes_nothing(converged: Cli) -> None:
+    rc, doc, err = converged.up_json()
+    assert rc == 0, err[-4000:]
+    assert all(host["changed"] == 0 for host in doc["hosts"].values()), doc["hosts"]
