@@ -169,12 +169,14 @@ with zipfile.ZipFile(sys.argv[1] + "/horovod-0.28.1-py3-none-any.whl", "w") as w
 # The corpus in rounds: each round injects drifts on node2 that touch different files at once (each named by check
 # with its own item and role), and one up repairs them all. A drift that rewrites what another round's drift reads
 # (the same package, the same block, the env's manifest) is in another round; a reinstalled node is alone.
+# The five additions of env-module-pth... are named one by one, so that round holds nothing else (check's description
+# of env.files is cut after ten problems).
 ROUNDS = [
-    ("env-file-deleted", "env-distribution-added", "horovod-uninstalled", "mpi-package-removed",
-     "cluster-key-unauthorized", "known-hosts-wiped", "hosts-block-edited"),
+    ("env-file-deleted", "env-distribution-added", "env-package-version", "horovod-uninstalled",
+     "mpi-package-removed", "cluster-key-unauthorized", "known-hosts-wiped", "hosts-block-edited"),
     ("env-file-edited", "horovod-replaced", "held-package-unheld", "ssh-config-block-edited", "ca-bundle-removed",
      "hosts-block-wrong-ip"),
-    ("env-package-version", "env-module-pth-sitecustomize-byte-cache-pyvenv"),
+    ("env-module-pth-sitecustomize-byte-cache-pyvenv",),
     ("env-manifest-vouches-for-an-addition",),
     ("node-reinstalled",),
 ]
