@@ -186,6 +186,32 @@ def wheelhouse_entries(wheelhouse: str | None, dest: Path) -> list[dict[str, Any
     return entries
 
 
+def _fetch_checked(source: Path | str | OSError, target: Path, sha: str, what: str, expected: str) -> None:
+    """``target`` with the bytes whose sha256 is ``sha``: kept when it has them, else copied from a controller path
+    or downloaded from a URL (``source``; an OSError: why it cannot be had) through a temporary name, checked, then
+    moved in. Errors name ``what`` and, for other bytes, what was ``expected``."""
+    if target.is_file() and _sha256(target) == sha:
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        if isinstance(source, OSError):
+            raise source
+        if isinstance(source, str):
+            with urllib.request.urlopen(source, timeout=60) as response, open(tmp, "wb") as out:  # noqa: S310
+                shutil.copyfileobj(response, out)
+        else:
+            shutil.copyfile(source, tmp)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise HvdError(f"bundle: {what}: cannot get it: {exc}") from None
+    found = _sha256(tmp)
+    if found != sha:
+        tmp.unlink()
+        raise HvdError(f"bundle: {what}: sha256 {found}, {expected}")
+    os.replace(tmp, target)
+
+
 def openmpi_entries(stack: dict[str, Any], dest: Path) -> list[dict[str, Any]]:
     """With ``stack.mpi.source: source``, the Open MPI tarball hvd_openmpi builds from, checked by its sha256: copied
     from the controller path, or downloaded here (where there is network) from its URL."""
@@ -194,23 +220,8 @@ def openmpi_entries(stack: dict[str, Any], dest: Path) -> list[dict[str, Any]]:
         return []
     url, sha = str(mpi["url"]), str(mpi.get("sha256") or "").lower()
     target = dest / "openmpi" / os.path.basename(url.rstrip("/").split("?", 1)[0])
-    if not (target.is_file() and _sha256(target) == sha):
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        try:
-            if "://" in url:
-                with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as out:  # noqa: S310
-                    shutil.copyfileobj(response, out)
-            else:
-                shutil.copyfile(url, tmp)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise HvdError(f"bundle: stack.mpi.url {url}: cannot get it: {exc}") from None
-        found = _sha256(tmp)
-        if found != sha:
-            tmp.unlink()
-            raise HvdError(f"bundle: stack.mpi.url {url}: sha256 {found}, stack.mpi.sha256 says {sha or '(none)'}")
-        os.replace(tmp, target)
+    _fetch_checked(url if "://" in url else Path(url), target, sha, f"stack.mpi.url {url}",
+                   f"stack.mpi.sha256 says {sha or '(none)'}")
     return [{"path": f"openmpi/{target.name}", "sha256": sha, "size": target.stat().st_size,
              "why": f"Open MPI {mpi.get('version', '')}: the tarball hvd_openmpi builds from (stack.mpi.source: source)"}]
 
@@ -281,25 +292,13 @@ def conda_entries(env_archive: Path, channel: str | None, dest: Path) -> list[di
         subdir, name = url.rstrip("/").rsplit("/", 2)[-2:]
         target = dest / "conda" / subdir / name
         local = Path(channel) / subdir / name if channel and "://" not in channel else None
-        if not (target.is_file() and _sha256(target) == sha):
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp_file = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-            try:
-                if local is not None and local.is_file():
-                    shutil.copyfile(local, tmp_file)
-                elif url.startswith(("http://", "https://")):
-                    with urllib.request.urlopen(url, timeout=60) as response, open(tmp_file, "wb") as out:  # noqa: S310
-                        shutil.copyfileobj(response, out)
-                else:
-                    raise OSError(f"not in {channel or 'a local channel'} and {url} is not a URL this machine can fetch")
-            except OSError as exc:
-                tmp_file.unlink(missing_ok=True)
-                raise HvdError(f"bundle: conda package {name}: cannot get it: {exc}") from None
-            found = _sha256(tmp_file)
-            if found != sha:
-                tmp_file.unlink()
-                raise HvdError(f"bundle: conda package {name}: sha256 {found}, the env's lock says {sha}")
-            os.replace(tmp_file, target)
+        if local is not None and local.is_file():
+            source: Path | str = local
+        elif url.startswith(("http://", "https://")):
+            source = url
+        else:
+            source = OSError(f"not in {channel or 'a local channel'} and {url} is not a URL this machine can fetch")
+        _fetch_checked(source, target, sha, f"conda package {name}", f"the env's lock says {sha}")
         record = records.get(name)
         if record is None:
             raise HvdError(f"bundle: {env_archive}: the env holds no conda-meta record for {name}")
