@@ -158,3 +158,23 @@ def test_role_readme_shows_every_entry_point_and_marks_required_options(tmp_path
     assert "| `hvd_demo_opaque` | raw |  |  | No default anywhere. |" in text
     assert "This role records no local facts" in text and "    hvd_demo_mode: b" in text
     assert text == role_docs.render(role)  # deterministic
+
+
+# Distribution name -> the module it is imported as. ansible-core has no import here: it is the engine ansible-runner
+# starts (ansible-playbook), declared for its version floor.
+IMPORT_NAMES = {"ansible-runner": "ansible_runner", "pyyaml": "yaml", "packaging": "packaging",
+                "clustershell": "ClusterShell"}
+ENGINE = {"ansible-core"}
+
+
+def test_every_runtime_dependency_is_imported_by_the_product() -> None:
+    """A declared dependency nothing uses is weight every install carries (paramiko was one; jinja2 comes with
+    ansible-core and is used only there): each one is imported by src/, or is the engine."""
+    import tomllib
+
+    declared = {re.split(r"[<>=!~\[ ;]", dep, maxsplit=1)[0].lower()
+                for dep in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]}
+    assert declared - ENGINE == set(IMPORT_NAMES), "map each new dependency to its import name"
+    source = "\n".join(path.read_text() for path in (ROOT / "src").rglob("*.py"))
+    for dist, module in IMPORT_NAMES.items():
+        assert re.search(rf"^\s*(?:import|from) {module}\b", source, re.M), f"{dist}: declared, never imported"
