@@ -28,7 +28,7 @@ SOURCES = {
     "page_retirement": "https://docs.nvidia.com/deploy/dynamic-page-retirement/index.html",
     "row_remap": "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html",
     "persistence": "https://docs.nvidia.com/deploy/driver-persistence/index.html",
-    "pcie_idle": "nvidia-smi(1) GPU Link Info; fixtures-gpu SOURCES.md, L4 row (Gen1 of 4 when idle is power saving)",
+    "pcie_link": "nvidia-smi(1) GPU Link Info; fixtures-gpu SOURCES.md, L4 row (Gen1 of 4 when idle is power saving)",
     "pcie_rates": "https://github.com/torvalds/linux/blob/master/drivers/pci/pci.h (PCIE_SPEED2MBS_ENC)",
     "ib_sysfs": "https://github.com/torvalds/linux/blob/master/drivers/infiniband/core/sysfs.c (state_show, rate_show)",
     "nvlink_a100": "fixtures-gpu/nvidia-smi-nvlink-s_a100-sxm4-80gb-8gpu_12x25GBs.txt (12 links x 25 GB/s)",
@@ -48,18 +48,24 @@ SOURCES = {
                    " (dkms 2.8.6 changed 'name, version' to 'name/version')",
 }
 
+
+def _pcie_lane(gen: int, mega_transfers: int, payload: int, coded: int) -> dict[str, Any]:
+    """A PCIe generation's lane rate row: Mb/s as the kernel computes it (MT/s x line code, integer), in GB/s."""
+    return {"id": f"pcie.{gen}.lane_gbs", "value": mega_transfers * payload // coded / 8000, "unit": "GB/s a lane",
+            "source": SOURCES["pcie_rates"]}
+
+
 # The threshold table: every number a rule or the floor uses, with where it comes from.
 THRESHOLDS: list[dict[str, Any]] = [
     {"id": "nvlink.2.link_gbs", "value": 25.0, "unit": "GB/s each way", "source": SOURCES["nvlink_v100"]},
     {"id": "nvlink.3.link_gbs", "value": 25.0, "unit": "GB/s each way", "source": SOURCES["nvlink_a100"]},
     {"id": "nvlink.4.link_gbs", "value": 25.0, "unit": "GB/s each way", "source": SOURCES["nvlink_h100"]},
     {"id": "nvlink.5.link_gbs", "value": 50.0, "unit": "GB/s each way", "source": SOURCES["nvlink_5"]},
-    {"id": "pcie.1.lane_gbs", "value": 2.5 * 8 / 10 / 8, "unit": "GB/s a lane", "source": SOURCES["pcie_rates"]},
-    {"id": "pcie.2.lane_gbs", "value": 5.0 * 8 / 10 / 8, "unit": "GB/s a lane", "source": SOURCES["pcie_rates"]},
-    {"id": "pcie.3.lane_gbs", "value": 8.0 * 128 / 130 / 8, "unit": "GB/s a lane", "source": SOURCES["pcie_rates"]},
-    {"id": "pcie.4.lane_gbs", "value": 16.0 * 128 / 130 / 8, "unit": "GB/s a lane", "source": SOURCES["pcie_rates"]},
-    {"id": "pcie.5.lane_gbs", "value": 32.0 * 128 / 130 / 8, "unit": "GB/s a lane", "source": SOURCES["pcie_rates"]},
+    *(_pcie_lane(gen, rate, payload, coded) for gen, rate, payload, coded in
+      [(1, 2500, 8, 10), (2, 5000, 8, 10), (3, 8000, 128, 130), (4, 16000, 128, 130), (5, 32000, 128, 130)]),
     {"id": "net.gbit_to_gbyte", "value": 1 / 8, "unit": "GB/s per Gb/s", "source": SOURCES["ib_sysfs"]},
+    # Efficiencies sit below what healthy runs in the sources reached: a gate against a degraded path (a link down,
+    # a fallback to sockets), not a tuning target.
     {"id": "efficiency.nvlink", "value": 0.7, "unit": "busbw / line rate", "source": SOURCES["busbw_nvlink"]},
     {"id": "efficiency.net", "value": 0.8, "unit": "busbw / line rate", "source": SOURCES["busbw_net"]},
     {"id": "efficiency.pcie", "value": 0.3, "unit": "busbw / line rate", "source": SOURCES["busbw_pcie"]},
@@ -694,3 +700,287 @@ def parse_dkms_status(text: str) -> list[dict[str, Optional[str]]]:
     ...``): [{module, version, kernel, arch, state}]; kernel and arch are None for an ``added`` module."""
     return [match.groupdict() for match in map(_DKMS.match, (line.strip() for line in text.splitlines())) if match]
 
+
+# ------------------------------------------------------------------------------------------ rules: GPUs
+
+
+def check_gpu_count(smi: dict[str, Any], expected: int) -> list[dict[str, str]]:
+    """Fewer (or more) GPUs than the node should have: a GPU that fell off the bus is simply not listed."""
+    found = len(smi.get("gpus") or [])
+    if found == expected:
+        return []
+    return [_finding("gpu.count", FAIL, f"{found} GPUs", f"{expected} GPUs",
+                     "look for Xid 79 in the kernel log and at lspci; reseat or replace the missing GPU",
+                     SOURCES["xid_catalog"])]
+
+
+def check_ecc(smi: dict[str, Any]) -> list[dict[str, str]]:
+    """Uncorrectable ECC errors since the driver loaded (volatile) or ever (aggregate)."""
+    findings = []
+    for gpu in smi.get("gpus") or []:
+        counts = gpu["ecc_uncorrectable"]
+        if (counts["volatile"] or 0) or (counts["aggregate"] or 0):
+            findings.append(_finding(
+                f"gpu.ecc.{gpu['bus_id']}", FAIL,
+                f"uncorrectable ECC errors: volatile {counts['volatile']}, aggregate {counts['aggregate']}",
+                "0 uncorrectable ECC errors",
+                "drain the GPU and reset it so the rows are remapped or the pages retired; RMA if the count grows",
+                SOURCES["row_remap"]))
+    return findings
+
+
+def check_retired_pages(smi: dict[str, Any]) -> list[dict[str, str]]:
+    """Pages waiting to be retired (before Ampere): they are retired only at the next driver load."""
+    findings = []
+    for gpu in smi.get("gpus") or []:
+        pages = gpu["retired_pages"]
+        if pages["pending"]:
+            findings.append(_finding(
+                f"gpu.retired_pages.{gpu['bus_id']}", FAIL,
+                f"pages pending retirement ({pages['single_bit']} single, {pages['double_bit']} double bit retired)",
+                "no page pending retirement", "reset the GPU or reboot the node to retire the pending pages",
+                SOURCES["page_retirement"]))
+    return findings
+
+
+def check_row_remap(smi: dict[str, Any]) -> list[dict[str, str]]:
+    """Ampere and newer: a row remap pending (needs a GPU reset) or a remap that failed (RMA)."""
+    findings = []
+    for gpu in smi.get("gpus") or []:
+        rows = gpu["remapped_rows"]
+        if rows["failure"]:
+            findings.append(_finding(f"gpu.row_remap.{gpu['bus_id']}", FAIL, "row remapping failure occurred",
+                                     "no remapping failure", "drain the node and RMA the GPU (no spare rows left)",
+                                     SOURCES["row_remap"]))
+        elif rows["pending"]:
+            findings.append(_finding(
+                f"gpu.row_remap.{gpu['bus_id']}", FAIL,
+                f"row remap pending ({rows['uncorrectable']} rows for uncorrectable errors)", "no row remap pending",
+                "reset the GPU (nvidia-smi -r) or reboot once its jobs end, so the remap takes effect",
+                SOURCES["row_remap"]))
+    return findings
+
+
+def check_pcie(smi: dict[str, Any], under_load: bool = False) -> list[dict[str, str]]:
+    """PCIe link below what GPU and slot support: width always; gen only on a reading taken ``under_load``.
+
+    An idle GPU trains its link down to Gen1 to save power, so a low gen on an idle reading means nothing.
+    """
+    findings = []
+    for gpu in smi.get("gpus") or []:
+        link = gpu["pcie"]
+        if link["width_current"] and link["width_max"] and link["width_current"] < link["width_max"]:
+            findings.append(_finding(
+                f"gpu.pcie_width.{gpu['bus_id']}", FAIL, f"PCIe x{link['width_current']}", f"x{link['width_max']}",
+                "reseat the GPU (or its riser); check the slot is wired for the full width in the board manual",
+                SOURCES["pcie_link"]))
+        if under_load and link["gen_current"] and link["gen_max"] and link["gen_current"] < link["gen_max"]:
+            findings.append(_finding(
+                f"gpu.pcie_gen.{gpu['bus_id']}", FAIL, f"PCIe Gen{link['gen_current']} under load",
+                f"Gen{link['gen_max']}", "check the slot's and BIOS's PCIe speed setting; reseat the GPU",
+                SOURCES["pcie_link"]))
+    return findings
+
+
+def check_persistence(smi: dict[str, Any]) -> list[dict[str, str]]:
+    """Persistence mode off: the driver state is torn down between jobs (slow starts; dcgmi diag refuses)."""
+    return [_finding(f"gpu.persistence.{gpu['bus_id']}", WARN, "persistence mode off", "persistence mode on",
+                     "enable nvidia-persistenced (systemctl enable --now nvidia-persistenced)", SOURCES["persistence"])
+            for gpu in smi.get("gpus") or [] if gpu["persistence_mode"] is False]
+
+
+def check_nvlink(gpus: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Inactive NVLink links (parse_nvlink_status), or a GPU whose links are all inactive."""
+    findings = []
+    for gpu in gpus:
+        inactive = [link["link"] for link in gpu["links"] if not link["active"]]
+        if gpu["all_inactive"] or inactive:
+            what = "all links inactive" if gpu["all_inactive"] else "inactive links " + ", ".join(map(str, inactive))
+            findings.append(_finding(
+                f"gpu.nvlink.{gpu['index']}", FAIL, f"GPU {gpu['index']} ({gpu['name']}): {what}",
+                "every NVLink link up",
+                "on NVSwitch systems start nvidia-fabricmanager; reset the GPU; reseat or RMA if a link stays down",
+                SOURCES["xid_catalog"] + " (Xid 74)"))
+    return findings
+
+
+def check_xid(log: dict[str, list[dict[str, Any]]]) -> list[dict[str, str]]:
+    """One finding per GPU and Xid code, judged by XID_MEANING (an unknown code is a warning to look up)."""
+    counts: dict[tuple[str, int], int] = {}
+    for event in log.get("xid") or []:
+        key = (event["bus_id"], event["code"])
+        counts[key] = counts.get(key, 0) + 1
+    findings = []
+    for (bus, code), count in sorted(counts.items()):
+        meaning = XID_MEANING.get(code, {"name": "unknown Xid", "severity": WARN, "meaning": "not in this table",
+                                          "action": "look the code up in NVIDIA's Xid catalog"})
+        findings.append(_finding(f"gpu.xid.{bus}.{code}", meaning["severity"],
+                                 f"Xid {code} x{count} ({meaning['name']}: {meaning['meaning']})", "no Xid event",
+                                 meaning["action"], SOURCES["xid_catalog"]))
+    return findings
+
+
+def check_sxid(log: dict[str, list[dict[str, Any]]]) -> list[dict[str, str]]:
+    """NVSwitch SXid errors, one finding per switch and code: fatal ones fail, the rest warn."""
+    events: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for event in log.get("sxid") or []:
+        events.setdefault((event["bus_id"], event["code"]), []).append(event)
+    findings = []
+    for (bus, code), group in sorted(events.items()):
+        fatal = any(event["severity"] == "Fatal" for event in group)
+        first = next((event for event in group if event["severity"]), group[0])  # not a detail line
+        findings.append(_finding(
+            f"nvswitch.sxid.{bus}.{code}", FAIL if fatal else WARN,
+            f"SXid {code} on {first['switch']} x{len(group)}: {first['message']}",
+            "no SXid event", "fatal: drain the node and reset the NVSwitch tray (reboot); non-fatal: watch the rate",
+            SOURCES["fabric_manager"]))
+    return findings
+
+
+# ------------------------------------------------------------------------------------------ rules: fabric
+
+
+def check_ib_ports(ib: dict[str, list], expected_rate: Optional[float] = None,
+                   link_layers: Iterable[str] = ("InfiniBand",)) -> list[dict[str, str]]:
+    """Ports of ``link_layers`` not Active/LinkUp, or Active below ``expected_rate`` (Gb/s).
+
+    Without ``expected_rate`` an Active port is judged against the fastest Active port of the same adapter model
+    (``ca_type``) and link layer: a cable or port that trained down stands out from its siblings.
+    """
+    layers = set(link_layers)
+    ports = [port for port in ib.get("ports") or [] if port["link_layer"] in layers]
+    active = [port for port in ports if port["state"] == "Active" and port["physical_state"] == "LinkUp"]
+    fastest: dict[tuple[str, str], float] = {}
+    for port in active:
+        key = (port.get("ca_type", ""), port["link_layer"])
+        fastest[key] = max(fastest.get(key, 0.0), port["rate_gbps"] or 0.0)
+    findings = [_finding(f"ib.port.{port['ca']}/{port['port']}", FAIL,
+                         f"{port['state']} / {port['physical_state']}", "Active / LinkUp",
+                         "check the cable and the switch port (ibportstate, the subnet manager's log); "
+                         "a Polling port has no link partner", SOURCES["ib_sysfs"])
+                for port in ports if port not in active]
+    for port in active:
+        want = expected_rate or fastest[(port.get("ca_type", ""), port["link_layer"])]
+        if (port["rate_gbps"] or 0.0) < want:
+            findings.append(_finding(f"ib.rate.{port['ca']}/{port['port']}", FAIL, f"{port['rate_gbps'] or 0:g} Gb/s",
+                                     f"{want:g} Gb/s", "reseat or replace the cable; check the switch port's speed",
+                                     SOURCES["ib_sysfs"]))
+    for error in ib.get("errors") or []:
+        findings.append(_finding("ib.read", FAIL, error, "every adapter readable",
+                                 "reload the RDMA driver (or reboot); check dmesg for mlx5 errors",
+                                 SOURCES["ib_sysfs"]))
+    return findings
+
+
+def check_nccl_transport(nccl: dict[str, Any], ib: dict[str, list]) -> list[dict[str, str]]:
+    """NCCL fell back to TCP sockets although an InfiniBand port is Active."""
+    active = [port for port in ib.get("ports") or []
+              if port["link_layer"] == "InfiniBand" and port["state"] == "Active"]
+    if "NET/Socket" not in nccl.get("transports", []) or not active:
+        return []
+    names = ", ".join(f"{port['ca']}/{port['port']}" for port in active)
+    return [_finding("nccl.transport", FAIL, "NCCL used NET/Socket" + (" (NET/IB : No device found)"
+                                                                        if nccl.get("ib_no_device") else ""),
+                     f"NET/IB over the Active ports ({names})",
+                     "make /dev/infiniband and libibverbs visible to the job (containers: --device /dev/infiniband); "
+                     "unset NCCL_IB_DISABLE; check NCCL_IB_HCA names these ports", SOURCES["nccl_net"])]
+
+
+def check_fabricmanager(fm: dict[str, Any], driver_version: Optional[str] = None) -> list[dict[str, str]]:
+    """Fabric Manager's version must equal the driver's, to the last digit (it refuses to start otherwise)."""
+    driver = driver_version or fm.get("driver_version")
+    if not fm.get("fm_version") or not driver or fm["fm_version"] == driver:
+        return []
+    return [_finding("fabricmanager.version", FAIL, f"Fabric Manager {fm['fm_version']}, driver {driver}",
+                     f"Fabric Manager {driver}",
+                     f"install the nvidia-fabricmanager package of version {driver} and hold it with the driver",
+                     SOURCES["fabric_manager"])]
+
+
+def check_dcgm_diag(diag: dict[str, Any]) -> list[dict[str, str]]:
+    """One finding per dcgmi diag test that failed, with the first of its messages."""
+    return [_finding(f"dcgm.diag.{re.sub(r'[^a-z0-9]+', '_', test['name'].lower()).strip('_')}", FAIL,
+                     f"{test['name']}: {test['result']}" + (f" ({test['details'][0]})" if test["details"] else ""),
+                     "Pass", "fix what the message names, then run dcgmi diag again", SOURCES["dcgm_diag"])
+            for test in diag.get("tests") or [] if test["result"].lower().startswith("fail")]
+
+
+# ------------------------------------------------------------------------------------------ bandwidth floor
+
+
+def _link_line_rate(link: dict[str, Any]) -> float:
+    """GB/s one way over one link entry: {kind: nvlink, generation | gbs_per_link, count}; {kind: pcie,
+    generation, width}; {kind: net, rate_gbps, count} (rate as ibstat prints it)."""
+    kind = link["kind"]
+    if kind == "nvlink":
+        per_link = link["gbs_per_link"] if "gbs_per_link" in link else threshold(
+            f"nvlink.{link['generation']}.link_gbs")["value"]
+        return per_link * link.get("count", 1)
+    if kind == "pcie":
+        return threshold(f"pcie.{link['generation']}.lane_gbs")["value"] * link["width"]
+    if kind == "net":
+        return link["rate_gbps"] * threshold("net.gbit_to_gbyte")["value"] * link.get("count", 1)
+    raise ValueError(f"unknown link kind {kind!r} (nvlink, pcie or net)")
+
+
+def bus_bandwidth_floor(links: list[dict[str, Any]]) -> dict[str, Any]:
+    """The all_reduce busbw a healthy run should reach over ``links``: {floor_gbs, bottleneck, terms}.
+
+    Pass the links the run crosses: inside a node a GPU's NVLink (or, without NVLink, its PCIe link); between nodes
+    the network ports a node's ranks use (several entries of one kind add up). nccl-tests' busbw measures the
+    slowest of these (SOURCES["busbw"]), so each kind gives line rate x its efficiency row, and the floor is the
+    lowest. Each term names its rate and efficiency rows' sources.
+    """
+    terms: dict[str, dict[str, Any]] = {}
+    for link in links:
+        term = terms.setdefault(link["kind"], {"kind": link["kind"], "line_gbs": 0.0})
+        term["line_gbs"] += _link_line_rate(link)
+    if not terms:
+        raise ValueError("no links: pass the NVLink, PCIe or network links the all_reduce crosses")
+    for term in terms.values():
+        row = threshold("efficiency." + term["kind"])
+        term.update(efficiency=row["value"], floor_gbs=round(term["line_gbs"] * row["value"], 2),
+                    source=row["source"])
+    slowest = min(terms.values(), key=lambda term: term["floor_gbs"])
+    return {"floor_gbs": slowest["floor_gbs"], "bottleneck": slowest["kind"], "terms": list(terms.values())}
+
+
+def nvlink_links(gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """parse_nvlink_status -> the NVLink entry of the GPU with the least active bandwidth (it bounds the ring).
+
+    None when that GPU has no active link: its traffic goes over PCIe, so pass its PCIe link instead.
+    """
+    if not gpus:
+        return []
+    slowest = min(gpus, key=lambda gpu: sum(link["speed_gbs"] or 0.0 for link in gpu["links"]))
+    active = [link["speed_gbs"] for link in slowest["links"] if link["active"]]
+    return [{"kind": "nvlink", "gbs_per_link": min(active), "count": len(active)}] if active else []
+
+
+def net_links(ib: dict[str, list], link_layers: Iterable[str] = ("InfiniBand",)) -> list[dict[str, Any]]:
+    """parse_ibstat/parse_ib_sysfs -> one network entry per Active port of ``link_layers``."""
+    layers = set(link_layers)
+    return [{"kind": "net", "rate_gbps": port["rate_gbps"], "count": 1} for port in ib.get("ports") or []
+            if port["link_layer"] in layers and port["state"] == "Active" and port["rate_gbps"]]
+
+
+def check_bus_bandwidth(result: dict[str, Any], floor: dict[str, Any]) -> list[dict[str, str]]:
+    """An all_reduce_perf run that failed, saw wrong values, or stayed below ``floor`` (bus_bandwidth_floor)."""
+    if result.get("errors") or not result.get("rows"):
+        first = (result.get("errors") or ["no result rows"])[0]
+        return [_finding("nccl.all_reduce", FAIL, f"the run failed: {first}", "a complete run",
+                         "fix the error named (a CUDA failure: driver, Fabric Manager, GPU state), then run it again",
+                         SOURCES["busbw"])]
+    wrong = sum(row["wrong"] for row in result["rows"])
+    if wrong:
+        return [_finding("nccl.all_reduce", FAIL, f"{wrong} wrong values", "0 wrong values",
+                         "run dcgmi diag -r 3 on every node; look for Xid events", SOURCES["busbw"])]
+    measured = measured_bus_bandwidth(result)
+    if measured["busbw"] >= floor["floor_gbs"]:
+        return []
+    term = next(term for term in floor["terms"] if term["kind"] == floor["bottleneck"])
+    return [_finding("nccl.busbw", FAIL, f"{measured['busbw']:g} GB/s busbw at {measured['size']} bytes",
+                     f">= {floor['floor_gbs']:g} GB/s ({term['line_gbs']:g} GB/s {term['kind']} line rate"
+                     f" x {term['efficiency']:g})",
+                     "find the slow link: NCCL_DEBUG=INFO for the transport, nvidia-smi -q for PCIe, nvlink -s, ibstat",
+                     term["source"])]

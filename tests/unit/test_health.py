@@ -9,6 +9,7 @@ remap), the test raises that one field of a recorded clean reading and says so.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 from pathlib import Path
 
@@ -208,6 +209,7 @@ def test_ib_sysfs_reads_the_kernels_spelling_into_ibstats(tmp_path: Path) -> Non
          "link_layer": "InfiniBand"},
         {"ca": "mlx5_1", "port": 1, "state": "Down", "physical_state": "Disabled", "rate_gbps": 10.0,
          "link_layer": "InfiniBand"}]
+    assert items(health.check_ib_ports(parsed)) == ["ib.port.mlx5_1/1"]
     assert health.parse_ib_sysfs(str(tmp_path / "absent"))["errors"]
 
 
@@ -310,3 +312,235 @@ def test_dkms_status_reads_both_formats() -> None:
     assert health.parse_dkms_status("zfs, 2.1.4, 5.15.39_1, x86_64: installed\nmodule-name, x.y.z: added") == [
         {"module": "zfs", "version": "2.1.4", "kernel": "5.15.39_1", "arch": "x86_64", "state": "installed"},
         {"module": "module-name", "version": "x.y.z", "kernel": None, "arch": None, "state": "added"}]
+
+
+# ------------------------------------------------------------------------------------------ rules
+
+
+def test_every_finding_names_item_found_expected_fix_and_source() -> None:
+    found = health.check_pcie(smi(L4_LINK), under_load=True) + health.check_xid(health.parse_kernel_log(read(DMESG_79)))
+    assert found
+    for finding in found:
+        assert set(finding) == {"item", "severity", "found", "expected", "fix", "source"}
+        assert all(finding.values()) and finding["severity"] in ("fail", "warn")
+
+
+def test_gpu_count_below_expected_is_named() -> None:
+    assert health.check_gpu_count(smi(H100_Q), 8) == []
+    short, = health.check_gpu_count(smi(A100_Q), 8)
+    assert (short["item"], short["found"], short["expected"]) == ("gpu.count", "4 GPUs", "8 GPUs")
+
+
+def test_uncorrectable_ecc_count_is_a_failure() -> None:
+    """No recording shows a non-zero counter: one volatile DRAM count of the clean H100 reading is raised."""
+    clean = smi(H100_Q)
+    assert health.check_ecc(clean) == [] and health.check_ecc(smi(A10_REMAP)) == []
+    bad = copy.deepcopy(clean)
+    bad["gpus"][2]["ecc_uncorrectable"]["volatile"] = 3
+    finding, = health.check_ecc(bad)
+    assert finding["item"] == "gpu.ecc.0000:75:00.0" and "volatile 3" in finding["found"]
+
+
+def test_pending_page_retirement_is_named_per_gpu() -> None:
+    assert health.check_retired_pages(smi(PAGES_CLEAN)) == []
+    assert items(health.check_retired_pages(smi(PAGES_EDITED))) == [
+        "gpu.retired_pages.0002:00:00.0", "gpu.retired_pages.0004:00:00.0", "gpu.retired_pages.0006:00:00.0",
+        "gpu.retired_pages.0008:00:00.0"]
+
+
+def test_row_remap_pending_and_failure_are_failures() -> None:
+    pending, = health.check_row_remap(smi(A10_REMAP))
+    assert (pending["item"], pending["found"]) == (
+        "gpu.row_remap.0000:07:00.0", "row remap pending (4 rows for uncorrectable errors)")
+    assert health.check_row_remap(smi(H100_Q)) == []
+    failed = smi(A10_REMAP)  # no recording of a failed remap: the A10's flag is raised
+    failed["gpus"][0]["remapped_rows"]["failure"] = True
+    assert "RMA" in health.check_row_remap(failed)[0]["fix"]
+
+
+def test_pcie_width_is_always_judged_and_gen_only_under_load() -> None:
+    idle = health.check_pcie(smi(L4_LINK))
+    assert [(f["item"], f["found"], f["expected"]) for f in idle] == [
+        ("gpu.pcie_width.0000:01:00.0", "PCIe x8", "x16")]
+    assert items(health.check_pcie(smi(L4_LINK), under_load=True)) == [
+        "gpu.pcie_width.0000:01:00.0", "gpu.pcie_gen.0000:01:00.0"]
+    assert health.check_pcie(smi(H100_Q), under_load=True) == []
+
+
+def test_persistence_mode_off_is_a_warning() -> None:
+    off, = health.check_persistence(health.parse_nvidia_smi_q_xml(read(A100_XML)))
+    assert (off["item"], off["severity"]) == ("gpu.persistence.0000:01:00.0", "warn")
+    assert health.check_persistence(smi(H100_Q)) == []
+
+
+def test_inactive_nvlink_links_are_named() -> None:
+    assert health.check_nvlink(health.parse_nvlink_status(read(NVLINK_A100))) == []
+    v100, = health.check_nvlink(health.parse_nvlink_status(read(NVLINK_V100)))
+    assert (v100["item"], v100["found"]) == ("gpu.nvlink.3", "GPU 3 (Tesla V100-SXM2-32GB): inactive links 3, 5")
+    dead, = health.check_nvlink(health.parse_nvlink_status(read(NVLINK_DEAD)))
+    assert dead["item"] == "gpu.nvlink.6" and "all links inactive" in dead["found"]
+
+
+@pytest.mark.parametrize("name, judged", [
+    (DMESG_LINES, [("gpu.xid.0000:0f:00.0.64", "fail"), ("gpu.xid.0000:0f:00.0.94", "warn")]),
+    (DMESG_119, [("gpu.xid.0000:9b:00.0.119", "fail")]),
+    (DMESG_DBE, [("gpu.xid.0000:19:00.0.48", "fail"), ("gpu.xid.0000:19:00.0.63", "warn"),
+                 ("gpu.xid.0000:19:00.0.94", "warn")]),
+    (DMESG_79, [("gpu.xid.0000:91:00.0.79", "fail")]),
+])
+def test_xid_events_are_judged_by_their_meaning(name: str, judged: list) -> None:
+    found = health.check_xid(health.parse_kernel_log(read(name)))
+    assert [(f["item"], f["severity"]) for f in found] == judged
+    assert all(f["source"] == health.SOURCES["xid_catalog"] for f in found)
+
+
+def test_xid_counts_repeats_and_a_clean_log_has_none() -> None:
+    contained = health.check_xid(health.parse_kernel_log(read(DMESG_DBE)))[2]
+    assert contained["found"].startswith("Xid 94 x9 (Contained ECC error")
+    assert health.check_xid(health.parse_kernel_log(read(FM_LOG))) == []  # an FM log: no kernel lines
+
+
+def test_xid_meaning_covers_the_common_codes() -> None:
+    for code in (13, 31, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 119):
+        meaning = health.XID_MEANING[code]
+        assert meaning["severity"] in ("fail", "warn") and meaning["name"] and meaning["meaning"] and meaning["action"]
+
+
+def test_sxid_fatal_fails_and_non_fatal_warns() -> None:
+    fatal = health.check_sxid(health.parse_kernel_log(read(DMESG_79)))
+    assert [(f["item"], f["severity"]) for f in fatal] == [
+        ("nvswitch.sxid.0000:05:00.0.20034", "fail"), ("nvswitch.sxid.0000:06:00.0.20034", "fail"),
+        ("nvswitch.sxid.0000:07:00.0.20034", "fail")]
+    assert fatal[2]["found"] == "SXid 20034 on nvidia-nvswitch2 x3: Fatal, Link 37 LTSSM Fault Up"
+    non_fatal, = health.check_sxid(health.parse_kernel_log(read(DMESG_LINES)))
+    assert (non_fatal["item"], non_fatal["severity"]) == ("nvswitch.sxid.0000:85:00.0.12028", "warn")
+
+
+def test_ib_port_down_is_named_and_other_link_layers_are_left_alone() -> None:
+    down, = health.check_ib_ports(health.parse_ibstat(read(IB_PORT_DOWN)))
+    assert (down["item"], down["found"]) == ("ib.port.mlx5_3/1", "Down / Disabled")  # mlx5_1 (Ethernet) not named
+    assert health.check_ib_ports(health.parse_ibstat(read(IB_NDR))) == []
+    assert health.check_ib_ports(health.parse_ibstat(read(IB_NDR_ETH_DOWN))) == []
+    assert items(health.check_ib_ports(health.parse_ibstat(read(IB_NDR_ETH_DOWN)), link_layers=("Ethernet",))) == [
+        "ib.port.mlx5_2/1", "ib.port.mlx5_7/1", "ib.port.mlx5_8/1"]
+    # a RoCE fabric: two CX-7 ports down; the CX-6 Dx ports at 100 are not slow next to the CX-7s at 400
+    assert items(health.check_ib_ports(health.parse_ibstat(read(IB_ROCE)), link_layers=("Ethernet",))) == [
+        "ib.port.mlx5_11/1", "ib.port.mlx5_5/1"]
+
+
+def test_ib_rate_below_the_expected_one_is_named() -> None:
+    hdr = health.parse_ibstat(read(IB_HDR))
+    assert health.check_ib_ports(hdr) == [] and health.check_ib_ports(hdr, expected_rate=200) == []
+    slow = health.check_ib_ports(hdr, expected_rate=400)  # an NDR plan on this HDR node
+    assert items(slow) == [f"ib.rate.mlx5_{n}/1" for n in range(1, 9)]
+    assert {(f["found"], f["expected"]) for f in slow} == {("200 Gb/s", "400 Gb/s")}
+
+
+def test_ibstat_panic_is_a_failure() -> None:
+    panic, = health.check_ib_ports(health.parse_ibstat(read(IB_PANIC)))
+    assert panic["item"] == "ib.read" and "mlx5_8" in panic["found"]
+
+
+def test_socket_transport_beside_an_active_ib_port_is_a_failure() -> None:
+    """The socket run and the ibstat come from different machines: the rule needs only the two readings."""
+    socket = health.parse_nccl_debug(read(AR_SOCKET))
+    finding, = health.check_nccl_transport(socket, health.parse_ibstat(read(IB_NDR)))
+    assert (finding["item"], finding["found"]) == ("nccl.transport", "NCCL used NET/Socket")
+    assert "mlx5_0/1" in finding["expected"]
+    assert health.check_nccl_transport(socket, health.parse_ibstat(read(IB_ROCE))) == []  # no IB port at all
+    assert health.check_nccl_transport(health.parse_nccl_debug(read(NCCL_GDR)),
+                                       health.parse_ibstat(read(IB_PORT_DOWN))) == []
+
+
+def test_fabric_manager_version_must_equal_the_driver() -> None:
+    for name, fm, driver in [(FM_SYSTEMCTL, "550.127.05", "550.120"), (FM_JOURNAL, "530.30.02", "530.41.03")]:
+        finding, = health.check_fabricmanager(health.parse_fabricmanager_log(read(name)))
+        assert finding["found"] == f"Fabric Manager {fm}, driver {driver}" and driver in finding["fix"]
+    running = health.parse_fabricmanager_log(read(FM_LOG))
+    assert health.check_fabricmanager(running, driver_version="535.161.08") == []
+    assert items(health.check_fabricmanager(running, driver_version="535.183.01")) == ["fabricmanager.version"]
+
+
+def test_dcgm_diag_failures_are_named_and_skips_are_not() -> None:
+    r1, = health.check_dcgm_diag(health.parse_dcgmi_diag(read(DCGM_R1_FAIL)))
+    assert r1["item"] == "dcgm.diag.persistence_mode" and "currently disabled" in r1["found"]
+    r3, = health.check_dcgm_diag(health.parse_dcgmi_diag(read(DCGM_R3_FAIL)))
+    assert r3["item"] == "dcgm.diag.gpu_memory" and r3["found"].startswith("GPU Memory: Fail - All (Warning: GPU 0")
+    assert health.check_dcgm_diag(health.parse_dcgmi_diag(read(DCGM_R3_SKIPS))) == []
+    assert health.check_dcgm_diag(health.parse_dcgmi_diag_json(read(DCGM_JSON))) == []
+
+
+# ------------------------------------------------------------------------------------------ bandwidth floor
+
+
+def test_every_threshold_row_has_a_value_and_a_source() -> None:
+    ids = [row["id"] for row in health.THRESHOLDS]
+    assert len(ids) == len(set(ids))
+    for row in health.THRESHOLDS:
+        assert row["value"] > 0 and row["unit"] and row["source"]
+    # the Gen5 lane rate the kernel prints in the mlx5 line of DMESG_LINES: 504.112 Gb/s for x16
+    assert health.threshold("pcie.5.lane_gbs")["value"] * 16 * 8 == pytest.approx(504.112, abs=0.01)
+
+
+def test_floor_is_the_slowest_kind_times_its_efficiency() -> None:
+    floor = health.bus_bandwidth_floor([{"kind": "nvlink", "generation": 4, "count": 18},
+                                        {"kind": "net", "rate_gbps": 400, "count": 8}])
+    assert (floor["floor_gbs"], floor["bottleneck"]) == (315.0, "nvlink")  # 450 x 0.7 below 400 x 0.8
+    assert {term["kind"]: term["line_gbs"] for term in floor["terms"]} == {"nvlink": 450.0, "net": 400.0}
+    pcie = health.bus_bandwidth_floor([{"kind": "pcie", "generation": 4, "width": 16}])
+    assert pcie["floor_gbs"] == pytest.approx(16 * 16 * 128 / 130 / 8 * 0.3, abs=0.01)
+    with pytest.raises(ValueError):
+        health.bus_bandwidth_floor([])
+    with pytest.raises(KeyError):
+        health.bus_bandwidth_floor([{"kind": "nvlink", "generation": 9, "count": 18}])
+
+
+@pytest.mark.parametrize("run, links, floor_gbs", [
+    (AR_H100, [{"kind": "nvlink", "generation": 4, "count": 18}], 315.0),  # H100 SXM: 18 NVLink4 links
+    (AR_H200, [{"kind": "nvlink", "generation": 4, "count": 18}], 315.0),
+    (AR_A100, NVLINK_A100, 210.0),  # the links an A100 SXM4 reports: 12 x 25 GB/s (recorded on the 80 GB model)
+    (AR_2NODE, [{"kind": "net", "rate_gbps": 400, "count": 1}], 40.0),  # one rank a node: one 400G NIC
+])
+def test_recorded_healthy_runs_pass_their_floor(run: str, links: list | str, floor_gbs: float) -> None:
+    if isinstance(links, str):
+        links = health.nvlink_links(health.parse_nvlink_status(read(links)))
+    floor = health.bus_bandwidth_floor(links)
+    assert floor["floor_gbs"] == floor_gbs
+    assert health.check_bus_bandwidth(health.parse_all_reduce_perf(read(run)), floor) == []
+
+
+def test_the_a100_average_alone_would_have_failed_its_floor() -> None:
+    """Why the floor is judged at large sizes: the A100 run's average over 1 byte to 8 GiB is 68 GB/s."""
+    result = health.parse_all_reduce_perf(read(AR_A100))
+    floor = health.bus_bandwidth_floor(health.nvlink_links(health.parse_nvlink_status(read(NVLINK_A100))))
+    assert result["avg_busbw"] < floor["floor_gbs"] < health.measured_bus_bandwidth(result)["busbw"]
+
+
+def test_socket_fallback_run_is_flagged_below_its_floor() -> None:
+    """The EKS nodes' NICs are not named; even a single 100 Gb/s port gives a floor five times what it reached."""
+    floor = health.bus_bandwidth_floor([{"kind": "net", "rate_gbps": 100, "count": 1}])
+    finding, = health.check_bus_bandwidth(health.parse_all_reduce_perf(read(AR_SOCKET)), floor)
+    assert (finding["item"], finding["found"]) == ("nccl.busbw", "2 GB/s busbw at 1073741824 bytes")
+    assert finding["expected"] == ">= 10 GB/s (12.5 GB/s net line rate x 0.8)"
+    assert finding["source"] == health.threshold("efficiency.net")["source"]
+
+
+def test_a_run_that_reached_one_nic_of_eight_is_flagged() -> None:
+    """The 2-node smoke run (one rank a node, 46 GB/s) judged as if its ranks had used all eight NDR ports."""
+    floor = health.bus_bandwidth_floor(health.net_links(health.parse_ibstat(read(IB_NDR))))
+    assert (floor["floor_gbs"], floor["bottleneck"]) == (320.0, "net")
+    slow, = health.check_bus_bandwidth(health.parse_all_reduce_perf(read(AR_2NODE)), floor)
+    assert (slow["item"], slow["found"]) == ("nccl.busbw", "46.46 GB/s busbw at 536870912 bytes")
+
+
+def test_nvlink_links_count_only_the_active_links_of_the_slowest_gpu() -> None:
+    v100 = health.nvlink_links(health.parse_nvlink_status(read(NVLINK_V100)))
+    assert v100 == [{"kind": "nvlink", "gbs_per_link": 25.781, "count": 4}]  # links 3 and 5 down
+    assert health.bus_bandwidth_floor(v100)["floor_gbs"] == round(4 * 25.781 * 0.7, 2)
+    assert health.nvlink_links(health.parse_nvlink_status(read(NVLINK_DEAD))) == []  # no NVLink: pass PCIe
+
+
+def test_failed_run_is_a_failure_before_any_floor() -> None:
+    floor = health.bus_bandwidth_floor([{"kind": "nvlink", "generation": 4, "count": 18}])
+    failed, = health.check_bus_bandwidth(health.parse_all_reduce_perf(read(AR_FAIL)), floor)
+    assert failed["item"] == "nccl.all_reduce" and "system not yet initialized" in failed["found"]
