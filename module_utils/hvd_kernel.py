@@ -279,7 +279,10 @@ def next_boot_kernel(root: str) -> dict:
     newest = kernels[-1] if kernels else None
     cfg_text = _read_text(_under(root, "/boot/grub/grub.cfg"))
     if cfg_text is None:
-        return {"version": newest, "how": "no /boot/grub/grub.cfg: the newest kernel in /boot"}
+        # grub-mkconfig makes grub.cfg 0400 where it holds a password: a reader that is not root cannot see it
+        there = os.path.exists(_under(root, "/boot/grub/grub.cfg"))
+        what = "/boot/grub/grub.cfg is not readable" if there else "no /boot/grub/grub.cfg"
+        return {"version": newest, "how": f"{what}: the newest kernel in /boot"}
     menu = grub_menu(cfg_text)
     env = grubenv(root)
     setting, source = grub_default_setting(root)

@@ -313,6 +313,14 @@ def test_without_grub_cfg_the_newest_kernel_boots(node: Path) -> None:
                                               "how": "no /boot/grub/grub.cfg: the newest kernel in /boot"}
 
 
+def test_an_unreadable_grub_cfg_is_said_so(node: Path) -> None:
+    cfg = node / "boot/grub/grub.cfg"
+    cfg.unlink()
+    cfg.mkdir()  # unreadable as a file, for root too
+    assert hk.next_boot_kernel(str(node)) == {
+        "version": NEW, "how": "/boot/grub/grub.cfg is not readable: the newest kernel in /boot"}
+
+
 def test_grub_default_comes_from_the_last_grub_d_file_when_grub_cfg_sets_none(node: Path) -> None:
     write(node, "/boot/grub/grub.cfg", grub_cfg().replace('   set default="0"\n', ""))
     write(node, "/etc/default/grub.d/10-hvd.cfg", 'GRUB_DEFAULT="1>2"\n')
