@@ -32,7 +32,9 @@ description:
   - C(pkg.<name>) (installed version or C(absent)) and C(pkg.<name>.hold), from dpkg's status file, for every
     package in I(packages) and every package held.
   - C(driver.installed) (the NVML library's version), C(driver.loaded) (/proc/driver/nvidia/version),
-    C(gpu.count) (ansible_local.hvd_nvidia_driver).
+    C(gpu.count) (ansible_local.hvd_nvidia_driver); where that fact's mode is C(kernel), C(driver.next_boot)
+    (C(ok) when the kernel the boot loader starts next has the nvidia, nvidia-modeset and nvidia-uvm modules, else
+    which are missing and why).
   - C(cuda.version), C(cuda.home), C(cudnn.version), C(cudnn.home), C(nccl.version), C(nccl.home) (their local
     facts) and C(nccl.header) (the version nccl.h under the NCCL home says).
   - C(mpi.path) (the first mpirun on I(ssh_path), resolved), C(mpi.version) (ansible_local.hvd_openmpi).

@@ -18,6 +18,7 @@ import stat
 
 from ansible.module_utils.hvd_files import (MANIFEST, add_stamped, manifest_entry_differs, read_manifest, sha256_of,
                                             walk_tree)
+from ansible.module_utils.hvd_kernel import guard_item, module_guard
 
 ABSENT = "absent"
 DEBIAN_SSH_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games"  # what sshd gives a command on Debian
@@ -170,7 +171,12 @@ def packages_state(root: str, names: list[str]) -> dict:
 
 
 def driver_state(root: str) -> dict:
-    """``driver.installed`` (NVML's versioned library file), ``driver.loaded`` (/proc) and ``gpu.count`` (fact)."""
+    """``driver.installed`` (NVML's versioned library file), ``driver.loaded`` (/proc) and ``gpu.count`` (fact).
+
+    Where the driver runs in kernel mode (hvd_nvidia_driver's fact says ``mode: kernel``) also ``driver.next_boot``:
+    "ok" when the kernel the boot loader starts next has the nvidia, nvidia-modeset and nvidia-uvm modules (whatever
+    kernel that is, so healthy peers read alike), else "<kernel> has no NVIDIA module (<missing>): <cause>"
+    (module_utils/hvd_kernel.py). CPU nodes and containers have no such item."""
     usr = glob.escape(under(root, "/usr"))
     found = set()
     for pattern in ("lib*/libnvidia-ml.so.*", "lib*/*/libnvidia-ml.so.*"):
@@ -185,8 +191,11 @@ def driver_state(root: str) -> dict:
         count = int(fact.get("gpu_count", 0))
     except (TypeError, ValueError):
         count = 0
-    return {"driver.installed": ",".join(sorted(found)) or ABSENT,
-            "driver.loaded": loaded.group(1) if loaded else ABSENT, "gpu.count": count}
+    out = {"driver.installed": ",".join(sorted(found)) or ABSENT,
+           "driver.loaded": loaded.group(1) if loaded else ABSENT, "gpu.count": count}
+    if fact.get("mode") == "kernel":
+        out["driver.next_boot"] = guard_item(module_guard(root))
+    return out
 
 
 def nccl_header_version(path: str) -> str:

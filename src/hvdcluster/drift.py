@@ -274,8 +274,10 @@ def compare(
 NOT_REPAIRED = "still differs after the converge"
 UNREPAIRABLE = "no role repairs it"
 
-# Items whose value alone says the node is not as installed, whatever its record or its peers say.
-SELF_EVIDENT = {"env.files": ("ok", ABSENT)}
+# Items whose value alone says the node is not as installed, whatever its record or its peers say. driver.next_boot:
+# the kernel the node boots next has no NVIDIA module (module_utils/hvd_kernel.py); absent on CPU nodes and in
+# containers.
+SELF_EVIDENT = {"env.files": ("ok", ABSENT), "driver.next_boot": ("ok", ABSENT)}
 
 
 def confirm(

@@ -381,6 +381,21 @@ def test_an_env_holding_anything_added_is_never_accepted_even_when_every_node_ha
             "node1: env.files: expected ok, found added: sitecustomize.py (hvd_pyenv did not repair it)")
 
 
+def test_a_next_boot_kernel_without_nvidia_modules_is_drift_and_never_accepted():
+    broken = "6.1.0-28-amd64 has no NVIDIA module (nvidia, nvidia-modeset, nvidia-uvm): headers missing"
+    desired = nodes(NODES3, **{"driver.next_boot": "ok"})
+    found = nodes(NODES3, **{"driver.next_boot": "ok"})
+    found["node2"]["driver.next_boot"] = broken
+    report = compare(desired, found, order=NODES3)
+    assert report.in_sync == ["node1", "node3"] and report.first_role("node2") == "hvd_nvidia_driver"
+    assert f"  driver.next_boot: expected ok, found {drift._show(broken)} (repair: hvd_nvidia_driver)" in render(report)
+    after = nodes(NODES3, **{"driver.next_boot": broken})  # every node alike: still not as it must be
+    for current in (True, False):
+        report = drift.confirm(desired, after, converged=NODES3, records_current=current, order=NODES3)
+        assert list(report.drifted) == NODES3
+        assert [d.item for d in report.drifted["node1"]] == ["driver.next_boot"]
+
+
 def test_a_reinstalled_node_is_converged_from_the_pre_flight():
     assert owner("os.machine-id") == "hvd_preflight" and owner("os.release") == ""
     desired = nodes(NODES3, **{"os.machine-id": "m1"})

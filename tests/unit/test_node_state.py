@@ -247,6 +247,40 @@ def test_driver_loaded_reads_the_proprietary_module_line_too(node: Path) -> None
     assert state["driver.loaded"] == "550.54.14" and state["driver.installed"] == "535.161.08,550.54.14"
 
 
+def kernel_mode_node(node: Path, kernel: str, modules: tuple[str, ...]) -> None:
+    """The node as hvd_nvidia_driver leaves a GPU host: driver in kernel mode, ``kernel`` the only image in /boot
+    (no GRUB: the newest boots), ``modules`` built for it, its headers there."""
+    write(node, "/etc/ansible/facts.d/hvd_nvidia_driver.fact", json.dumps({"mode": "kernel", "gpu_count": "2"}))
+    write(node, f"/boot/vmlinuz-{kernel}", b"MZ")
+    write(node, f"/usr/src/linux-headers-{kernel}/Makefile", "")
+    for name in modules:
+        write(node, f"/lib/modules/{kernel}/updates/dkms/{name}.ko.xz", b"\x7fELF")
+
+
+def test_next_boot_reads_ok_on_every_healthy_node_whatever_its_kernel(node: Path, tmp_path: Path) -> None:
+    kernel_mode_node(node, "6.1.0-27-amd64", ("nvidia", "nvidia-modeset", "nvidia-uvm"))
+    other = tmp_path / "other"
+    kernel_mode_node(other, "6.1.0-28-amd64", ("nvidia", "nvidia-modeset", "nvidia-uvm"))
+    assert look(node)["driver.next_boot"] == "ok"
+    assert hvd_state.driver_state(str(other))["driver.next_boot"] == "ok"
+
+
+def test_next_boot_names_the_kernel_and_the_missing_module(node: Path) -> None:
+    kernel_mode_node(node, "6.1.0-27-amd64", ("nvidia", "nvidia-modeset"))
+    assert look(node)["driver.next_boot"] == "6.1.0-27-amd64 has no NVIDIA module (nvidia-uvm): not built"
+    write(node, "/boot/vmlinuz-6.1.0-28-amd64", b"MZ")  # a kernel upgrade without its headers
+    assert look(node)["driver.next_boot"] == ("6.1.0-28-amd64 has no NVIDIA module (nvidia, nvidia-modeset, "
+                                              "nvidia-uvm): headers missing")
+
+
+@pytest.mark.parametrize("mode", ["user-space", "skipped", None])
+def test_next_boot_is_only_read_where_the_driver_runs_in_kernel_mode(node: Path, mode: str | None) -> None:
+    kernel_mode_node(node, "6.1.0-27-amd64", ())
+    fact = {"gpu_count": "0"} if mode is None else {"mode": mode, "gpu_count": "0"}
+    write(node, "/etc/ansible/facts.d/hvd_nvidia_driver.fact", json.dumps(fact))
+    assert "driver.next_boot" not in look(node)
+
+
 def test_mpirun_is_the_first_on_the_ssh_path(node: Path) -> None:
     assert look(node, ssh_path="/usr/bin:/bin")["mpi.path"] == "absent"
     write(node, "/usr/bin/mpirun", "#!elf", 0o755)
