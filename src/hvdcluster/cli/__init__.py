@@ -5,7 +5,7 @@ Every argument is checked before anything runs or is written: a bad ``-o``, ``--
 
 One module per command (:mod:`.init`, :mod:`.plan` with ``inventory``, :mod:`.up`, :mod:`.bundle`, :mod:`.check`,
 :mod:`.run`, ``preflight`` in :mod:`.runs`); what they share in :mod:`.common` (arguments, loading) and
-:mod:`.runs` (a playbook run and its summary).
+:mod:`.runs` (a playbook run and its summary); what `up` repairs in :mod:`.repair`, plain functions.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``hvdcluster up``: converge every node; on a cluster converged before from the same inputs, only the drifted
-nodes (the fast path)."""
+nodes (the fast path: what to repair is decided by :mod:`.repair`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 from .. import lock
 from ..progress import dump_json, transfer_report
-from . import runs
+from . import repair, runs
 from .common import EXIT_FAILED, EXIT_OK, check_output, console_for, inventory_root, load_and_resolve, render
 
 
@@ -41,12 +41,8 @@ def _fast_path(args: argparse.Namespace) -> int | None:
         if reading.unreachable:
             return None
         report = drift.compare(want, reading.found, [])
-        by_hand = {n: report.by_hand(n) for n in names if report.by_hand(n)}
-        drifted = [n for n in names if n in report.drifted and report.repair_roles(n)]
-        fast = {"in_sync": [n for n in names if n not in report.drifted],
-                "repaired": {n: [d.item for d in report.drifted[n] if d.role] for n in drifted},
-                "by_hand": {n: [d.item for d in diffs] for n, diffs in by_hand.items()},
-                "read_seconds": round(reading.seconds, 2)}
+        todo = repair.plan(report, names)
+        fast = todo.summary(reading.seconds)
         if not report.drifted:
             console.write(f"  {drift.render(report)}")
             console.write(f"every node is in its desired state (read in {reading.seconds:.1f} s): nothing to converge")
@@ -60,11 +56,10 @@ def _fast_path(args: argparse.Namespace) -> int | None:
                                        "converged": [], "not_repaired": []})
             return EXIT_OK
         console.write(drift.render(report))
-        for node in drifted:
-            if any(d.item == drift.REINSTALLED for d in report.drifted[node]):
-                console.write(f"  {node}: reinstalled since its last converge ({drift.REINSTALLED} changed): the "
-                              "pre-flight and every role run on it, never a partial repair")
-        if not drifted:  # only what no role repairs: nothing to converge, and not in sync either
+        for node in todo.reinstalled:
+            console.write(f"  {node}: reinstalled since its last converge ({drift.REINSTALLED} changed): the "
+                          "pre-flight and every role run on it, never a partial repair")
+        if not todo.targets:  # only what no role repairs: nothing to converge, and not in sync either
             unrepairable = drift.unrepaired_lines(report)
             for line in unrepairable:
                 console.write(f"not repaired: {line}")
@@ -72,33 +67,28 @@ def _fast_path(args: argparse.Namespace) -> int | None:
                 dump_json(sys.stdout, {"cluster": cluster.cluster, "inventory": str(root), "rc": 1, "log": reading.log,
                                        "ok": False, "fast_path": fast, "converged": [], "not_repaired": unrepairable})
             return EXIT_FAILED
-        order = drift.ROLES
-        first = min(order.index(report.first_role(n)) for n in drifted)
-        roles = order[first:]
-        console.step(2, 2, f"repair {', '.join(drifted)} ({', '.join(r for r in roles if r != 'hvd_verify')}), "
-                           "then prove the whole cluster (hvd_verify)")
+        roles = ", ".join(r for r in todo.roles if r != "hvd_verify")
+        console.step(2, 2, f"repair {', '.join(todo.targets)} ({roles}), then prove the whole cluster (hvd_verify)")
         inputs = nodestate.recorded_inputs(root)
         nodestate.forget_inputs(root)  # recorded again only when the repair and the proof end well
         # One run: the roles' plays take only the drifted nodes (hvd_targets); the post-flight takes every node.
         events: list[dict] = []
-        # A node whose env manifest is not the recorded one while its files agree with it (the manifest itself was
-        # changed): hvd_pyenv installs its env again anyway.
-        reinstall = [n for n in drifted if any(d.item == "env.manifest" for d in report.drifted[n])]
-        extravars = {"hvd_targets": ",".join(drifted), **({"hvd_pyenv_reinstall": reinstall} if reinstall else {})}
-        tracker, result = runs.tracked_run(root, cluster, console, "site.yml",
-                                           tags=",".join([*roles, "hvd_state"]), extravars=extravars, events=events)
+        tracker, result = runs.tracked_run(root, cluster, console, "site.yml", tags=todo.tags,
+                                           extravars=todo.extravars, events=events)
         # The loop contract: the repaired nodes (and the others) read back against their records.
         # What no role repairs is named there too ("no role repairs it").
-        unrepaired = runs.close_loop(root, cluster, tracker, events, want, converged=drifted, records_current=True)
+        unrepaired = runs.close_loop(root, cluster, tracker, events, want, converged=todo.targets,
+                                     records_current=True)
         if tracker.ok and result.rc == 0 and not unrepaired:
             nodestate.record_inputs(root, inputs)
     return runs.finish(args, console, cluster, root, tracker, result,
-                       {"fast_path": fast, "converged": [n for n in drifted if tracker.hosts[n].ended_well]},
+                       {"fast_path": fast, "converged": [n for n in todo.targets if tracker.hosts[n].ended_well]},
                        unrepaired)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    if not args.full and not (args.limit or args.tags or args.check or args.verify):
+    if repair.takes_fast_path(full=args.full, limit=args.limit, tags=args.tags, check=args.check,
+                              verify=args.verify):
         fast = _fast_path(args)
         if fast is not None:
             return fast
