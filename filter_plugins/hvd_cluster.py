@@ -1,8 +1,8 @@
 """The cluster's members as every role sees them: name, fabric address, SSH port on the fabric, slots.
 
 The generated inventory writes the list once (``hvd_members`` in group_vars/all/cluster.yml, by
-src/hvdcluster/inventory.py); a hand-written inventory need not: the roles derive each member from its host
-variables with the same rules::
+src/hvdcluster/inventory/variables.py); a hand-written inventory need not: the roles derive each member from its
+host variables with the same rules::
 
     fabric  hvd_fabric_address, else ansible_host, else the inventory name
     port    hvd_fabric_port, else ansible_port, else 22

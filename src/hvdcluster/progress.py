@@ -43,12 +43,12 @@ class HostState:
     started: bool = False
     done: bool = False
     failure: Failure | None = None
-    # Read back after the converge, it still differs from what it must be (the loop contract, cli._close_loop).
+    # Read back after the converge, it still differs from what it must be (the loop contract, cli.runs.close_loop).
     unrepaired: bool = False
 
     @property
     def ended_well(self) -> bool:
-        """Neither failed, lost nor left differing after the converge (cli._close_loop)."""
+        """Neither failed, lost nor left differing after the converge (cli.runs.close_loop)."""
         return not (self.failed or self.unreachable or self.unrepaired)
 
     @property

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hvdcluster import cli, lock, spec
+from hvdcluster.cli import runs
 
 BAD = sorted((Path(__file__).parent / "bad_hosts").glob("*.yaml"))
 FIXTURES = Path(__file__).parent / "bad_hosts" / "fixtures"  # id_test: a private key's shape; ca.pem: a real cert
@@ -196,7 +197,7 @@ def no_ssh(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
 
     monkeypatch.setattr(launch, "fabric_interface", refuse)
     monkeypatch.setattr(launch.subprocess, "run", refuse)
-    monkeypatch.setattr(cli.subprocess, "run", refuse)
+    monkeypatch.setattr(subprocess, "run", refuse)
     monkeypatch.setattr(nodestate, "read", refuse)
     return []
 
@@ -352,7 +353,7 @@ with lock.hold(sys.argv[1], "up"):
 @pytest.fixture
 def holder(hosts: Path, tmp_path: Path):
     """A separate process holding the inventory lock of cluster c1 until the test ends."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(cli.__file__).parents[1]),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(lock.__file__).parents[1]),
                                                         os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / "inv" / "c1")], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, env=env)
@@ -442,7 +443,7 @@ def test_run_gate_refuses_a_node_whose_env_differs_naming_it_and_no_gate_launche
     odd = {**SHARED, "env.dist.torch": "2.12.0 bbbb"}
     fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": odd})
     launched: list = []
-    monkeypatch.setattr(cli.subprocess, "run", lambda argv, **kw: launched.append(argv) or
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: launched.append(argv) or
                         subprocess.CompletedProcess(argv, 0))
     monkeypatch.setattr(launch, "fabric_interface", lambda inv, host: "eth0")
     capsys.readouterr()
@@ -458,7 +459,7 @@ def test_run_gate_lets_identical_nodes_launch(hosts: Path, rendered: Path, monke
 
     calls = fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": dict(SHARED)})
     launched: list = []
-    monkeypatch.setattr(cli.subprocess, "run", lambda argv, **kw: launched.append(argv) or
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: launched.append(argv) or
                         subprocess.CompletedProcess(argv, 0))
     monkeypatch.setattr(launch, "fabric_interface", lambda inv, host: "eth0")
     assert cli.main(["run", str(hosts), "-o", str(rendered), "--", "python", "t.py"]) == 0
@@ -531,7 +532,7 @@ def recorded(rendered: Path, monkeypatch: pytest.MonkeyPatch) -> FakeRun:
         (root / "state" / f"{node}.json").write_text(json.dumps({"state": SHARED}))
     nodestate.record_inputs(root, nodestate.inputs_digest(root))
     fake = FakeRun()
-    monkeypatch.setattr(cli, "_tracked_run", fake)
+    monkeypatch.setattr(runs, "tracked_run", fake)
     return fake
 
 
@@ -584,7 +585,7 @@ def test_a_full_converge_never_records_a_nodes_deviation(hosts, rendered, record
     from hvdcluster import nodestate
 
     root = rendered / "c1"
-    monkeypatch.setattr(cli, "_tracked_run", recorded)
+    monkeypatch.setattr(runs, "tracked_run", recorded)
     recorded.after = {"gpu01": dict(SHARED), "gpu02": {**SHARED, "env.files": "added: sitecustomize.py"}}
     capsys.readouterr()
     assert cli.main(["up", str(hosts), "-o", str(rendered), "--full", "--json"]) == 1
@@ -620,7 +621,7 @@ def test_up_converges_every_node_when_the_fast_path_cannot_be_trusted(hosts, ren
         argv = ["--full"]
     fake_reading(monkeypatch, found, unreachable)
     converged: list = []
-    monkeypatch.setattr(cli, "_converge", lambda *a: converged.append(a[1]) or 0)
+    monkeypatch.setattr(runs, "converge", lambda *a: converged.append(a[1]) or 0)
     assert cli.main(["up", str(hosts), "-o", str(rendered), *argv]) == 0
     assert converged == ["site.yml"] and recorded.calls == []
     assert nodestate.recorded_inputs(root)  # the full converge decides about it, not the fast path
@@ -642,7 +643,7 @@ def test_a_first_converge_that_makes_the_cluster_key_is_recorded_with_it(hosts, 
         (root / "ssh" / "id_ed25519.pub").write_text("ssh-ed25519 AAAAC3Nza hvdcluster@c1\n")
         return real_call(*a, **kw)
 
-    monkeypatch.setattr(cli, "_tracked_run", converge)
+    monkeypatch.setattr(runs, "tracked_run", converge)
     assert cli.main(["up", str(hosts), "-o", str(rendered), "--full"]) == 0
     assert nodestate.recorded_inputs(root) == nodestate.inputs_digest(root)
     fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": dict(SHARED)})

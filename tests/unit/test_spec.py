@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from hvdcluster import spec as spec_module
 from hvdcluster.errors import HvdError, SpecError
 from hvdcluster.spec import (
     MAX_CA_BUNDLE_BYTES,
@@ -24,7 +23,9 @@ from hvdcluster.spec import (
     HostSpec,
     NetworkSpec,
     SshSpec,
+    document,
     load,
+    loader,
     loads,
 )
 
@@ -549,9 +550,9 @@ def test_a_merge_key_bomb_fails_fast_in_a_field_the_validators_walk(monkeypatch:
     text += "ssh: {<<: *m9}\n"
     assert len(text.encode()) < 700
     visits = []
-    children = spec_module._children
-    monkeypatch.setattr(spec_module, "_children", lambda node: visits.append(node) or children(node))
-    monkeypatch.setattr(spec_module, "_cluster_spec", _no_validators)
+    children = loader._children
+    monkeypatch.setattr(loader, "_children", lambda node: visits.append(node) or children(node))
+    monkeypatch.setattr(document, "_cluster_spec", _no_validators)
     with pytest.raises(SpecError) as caught:
         loads(text)
     assert caught.value.field == "<yaml>" and "alias bomb" in caught.value.message
@@ -572,7 +573,7 @@ def test_a_merge_key_bomb_fails_fast_in_a_field_the_validators_walk(monkeypatch:
 )
 def test_deep_or_recursive_documents_are_spec_errors_never_recursion_errors(
         text: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(spec_module, "_cluster_spec", _no_validators)  # refused before anything walks it expanded
+    monkeypatch.setattr(document, "_cluster_spec", _no_validators)  # refused before anything walks it expanded
     with pytest.raises(SpecError) as caught:
         loads(text)
     assert caught.value.field == "<yaml>"

@@ -1,0 +1,39 @@
+"""The ``hvdcluster`` command: parse, call, render, exit code. Nothing else lives here.
+
+Every argument is checked before anything runs or is written: a bad ``-o``, ``--limit``, ``--tags`` or
+``-np`` is one line naming the argument and exit code 2, like a mistake in hosts.yaml.
+
+One module per command (:mod:`.init`, :mod:`.plan` with ``inventory``, :mod:`.up`, :mod:`.bundle`, :mod:`.check`,
+:mod:`.run`, ``preflight`` in :mod:`.runs`); what they share in :mod:`.common` (arguments, loading) and
+:mod:`.runs` (a playbook run and its summary); what `up` repairs in :mod:`.repair`, plain functions.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ..errors import HvdError
+from .parser import build_parser
+
+
+def _cut_job(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """``run``'s job: every word after its first ``--``, kept out of argparse, which would read HOSTS from it."""
+    if argv[:1] == ["run"] and "--" in argv:
+        cut = argv.index("--")
+        return argv[:cut], argv[cut + 1:]
+    return argv, None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv, job = _cut_job(list(sys.argv[1:] if argv is None else argv))
+    args = build_parser().parse_args(argv)
+    if job is not None:
+        args.job = job
+    try:
+        return args.func(args)
+    except HvdError as err:
+        print(f"hvdcluster: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("hvdcluster: interrupted", file=sys.stderr)
+        return 130

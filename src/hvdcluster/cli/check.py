@@ -1,0 +1,43 @@
+"""``hvdcluster check``: every node against its desired state and its peers, read-only."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import lock, spec
+from ..progress import dump_json, printable
+from .common import bastion_problem, check_limit, existing_inventory
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Compare every node with the desired state and with its peers; read-only (check mode, no sudo)."""
+    from .. import drift, nodestate
+    from ..runner import check_environment
+
+    check_environment()
+    cluster = spec.load(args.hosts)
+    check_limit(args.limit, cluster)
+    root = existing_inventory(args, cluster)
+    names = [h.name for h in cluster.hosts]
+    with lock.hold(root, "check"):
+        reading = nodestate.read(root, args.limit, hosts=[] if args.limit else names, deep=args.deep)
+    scope = [n for n in names if n in reading.found or n in reading.unreachable]
+    report = drift.compare(nodestate.desired(root, scope), {n: reading.found.get(n) for n in scope},
+                           list(reading.unreachable))
+    bastion = bastion_problem(cluster, root) if reading.unreachable else ""
+    if args.json:
+        doc = drift.to_json(report)
+        doc.update({"cluster": cluster.cluster, "inventory": str(root), "log": reading.log,
+                    "seconds": round(reading.seconds, 2), "why_unreachable": reading.unreachable})
+        if bastion:
+            doc["bastion"] = bastion
+        dump_json(sys.stdout, doc)
+    else:
+        print(printable(drift.render(report)))  # node-supplied text: no control sequence reaches the terminal
+        for node, why in reading.unreachable.items():
+            print(printable(f"  {node}: {why}"))
+        if bastion:
+            print(f"  nodes unreachable: {bastion}")
+        print(f"(read {len(reading.found)} of {len(scope)} nodes in {reading.seconds:.1f} s; log: {reading.log})")
+    return drift.exit_code(report)

@@ -1,0 +1,120 @@
+"""The ``hvdcluster`` argument parser: one sub-command per command module."""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import __version__
+from .bundle import cmd_bundle
+from .check import cmd_check
+from .init import cmd_init
+from .plan import cmd_inventory, cmd_plan
+from .run import cmd_run
+from .runs import cmd_preflight
+from .up import cmd_up
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hvdcluster", description="Converge GPU machines into a Horovod cluster.")
+    parser.add_argument("--version", action="version", version=f"hvdcluster {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("init", help="write a commented example hosts.yaml")
+    p.add_argument("path", nargs="?", default="hosts.yaml")
+    p.add_argument("--force", action="store_true", help="overwrite an existing file")
+    p.set_defaults(func=cmd_init)
+
+    def with_output(p: argparse.ArgumentParser) -> None:
+        p.add_argument("hosts", help="the cluster's hosts.yaml")
+        p.add_argument("-o", "--output", default="inventories",
+                       help="folder that holds the inventory folder <cluster>/ (default: ./inventories)")
+
+    def read_only(p: argparse.ArgumentParser) -> None:  # the commands that look at nodes and change nothing
+        with_output(p)
+        p.add_argument("--limit", help="only these hosts: names from hosts.yaml, comma-separated (globs * ? allowed)")
+        p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+
+    p = sub.add_parser("plan", help="print the resolved software stack and why each value was chosen")
+    with_output(p)
+    p.add_argument("--probe", action="store_true",
+                   help="resolve for the nodes as they are: read their OS, kernel, gcc, python, GPUs and loaded "
+                   "driver over SSH first (read-only; host keys pinned in the inventory's ssh/known_hosts)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("inventory", help="render the Ansible inventory from hosts.yaml")
+    with_output(p)
+    p.set_defaults(func=cmd_inventory)
+
+    p = sub.add_parser("up", help="converge every node (playbooks/site.yml)")
+    with_output(p)
+    p.add_argument("--limit", help="only these hosts: names from hosts.yaml, comma-separated (globs * ? allowed)")
+    p.add_argument("--tags", help="only these roles (comma-separated role names, e.g. hvd_base,hvd_ssh_mesh)")
+    p.add_argument("--check", action="store_true", help="show what would change, change nothing")
+    p.add_argument("--diff", action="store_true", help="show file differences")
+    p.add_argument("--verify", action="store_true",
+                   help="run horovodrun --check-build and the allreduces even when nothing changed since they "
+                   "last passed")
+    p.add_argument("--full", action="store_true",
+                   help="converge every node with every role, even those whose state is the desired one")
+    p.add_argument("--bundle", metavar="DIR",
+                   help="install from this offline bundle only (hvdcluster bundle): apt from its local repository, "
+                   "pip with --no-index; like network.bundle in hosts.yaml")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("bundle", help="gather every file an offline converge needs (run where there is network)",
+                       description="Converges one connected node of the node OS (--node, default the first host), "
+                       "lets its own apt and pip resolve every package the stack needs, and fetches what the bundle "
+                       "folder lacks; writes DIR/manifest.yaml (every file, its sha256, size and why). Re-runnable: "
+                       "only what changed is fetched. --verify DIR re-checks every file by its sha256.")
+    p.add_argument("hosts", nargs="?", help="the hosts.yaml of a connected cluster of the node OS")
+    p.add_argument("-o", "--out", help="the bundle folder (created; re-used by a later run)")
+    p.add_argument("--node", help="the host of hosts.yaml to resolve on (default: the first)")
+    p.add_argument("--inventories", default="inventories",
+                   help="folder that holds the inventory folder <cluster>/ (default: ./inventories)")
+    p.add_argument("--sign", metavar="KEY",
+                   help="sign DIR/manifest.yaml with this OpenSSH private key (ssh-keygen -Y sign -n hvdcluster-bundle): "
+                   "DIR/manifest.yaml.sig, checked by up against network.bundle_signers")
+    p.add_argument("--verify", metavar="DIR", help="re-check every file of the bundle DIR by its sha256; change nothing")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.set_defaults(func=cmd_bundle)
+
+    p = sub.add_parser("check", help="compare every node with the desired state and its peers (read-only)",
+                       description="Reads every node in one read-only module call (check mode, no sudo) and "
+                       "compares it with the state the last successful converge recorded and with its peers. "
+                       "Exit code 0 in sync, 1 drifted or unreachable, 2 bad input.")
+    read_only(p)
+    p.add_argument("--deep", action="store_true",
+                   help="hash every file of the env too (sha256), not only its size and time: slower, and sees an "
+                   "edit that kept both")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("preflight", help="run the read-only pre-flight checks on every node and report",
+                       description="Probes every node and reports each finding (host, check, found, expected, "
+                       "fix); changes nothing. Exit code 1 when a check failed.")
+    read_only(p)
+    p.set_defaults(func=cmd_preflight)
+
+    p = sub.add_parser("run", help="launch a Horovod job with horovodrun on the first node",
+                       usage="hvdcluster run [HOSTS] [-o OUTPUT] [--gloo | --mpi] [-np NP] [--network-interface IF] "
+                       "[--print] [--no-gate] -- CMD...",
+                       description="Builds the horovodrun command line from the inventory (hosts and slots, the "
+                       "env's interpreter, the fabric interface) and runs it on the first node over SSH. The job's "
+                       "command and its arguments come after --.")
+    p.add_argument("hosts", nargs="?", metavar="HOSTS", help="the cluster's hosts.yaml (default: ./hosts.yaml)")
+    p.add_argument("--hosts", dest="hosts_flag", metavar="FILE",
+                   help="deprecated spelling of HOSTS (prints a deprecation line; not together with HOSTS)")
+    p.add_argument("-o", "--output", default="inventories", help="folder that holds the inventory folder <cluster>/")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--gloo", dest="controller", action="store_const", const="gloo", help="use Gloo")
+    mode.add_argument("--mpi", dest="controller", action="store_const", const="mpi", help="use MPI (mpirun)")
+    p.add_argument("-np", "--np", type=int, help="number of processes (default: every slot)")
+    p.add_argument("--network-interface", help="fabric interface (default: hvd_fabric_interface from the inventory, "
+                   "else the one hvd_base recorded on the first node)")
+    p.add_argument("--print", action="store_true", help="only print the command")
+    p.add_argument("--no-gate", action="store_true",
+                   help="launch even when the nodes' env, Horovod build, MPI or NCCL differ (the gate reads every node "
+                   "first and refuses such a launch)")
+    p.set_defaults(func=cmd_run, job=[])  # the words after `--` (main cuts them off before parsing)
+    return parser

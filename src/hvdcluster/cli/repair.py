@@ -1,0 +1,78 @@
+"""What `up` repairs: its fast path's decisions as plain functions over plain data (no node, no terminal).
+
+`up` on a cluster converged before from the same inputs reads every node and holds it against its record
+(:func:`hvdcluster.drift.compare`). Nodes in sync are not converged again; the drifted nodes that some role repairs
+run the roles from the earliest one that owns any of their drifted items to the end of site.yml (a later role
+builds on the earlier ones), and the post-flight then proves the whole cluster. What no role repairs (the OS
+release, the kernel) is the operator's: named, never converged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..drift import Report
+
+# A drifted item that makes hvd_pyenv install the node's env again even where its files agree with the manifest:
+# the manifest itself was changed.
+ENV_MANIFEST = "env.manifest"
+
+
+def takes_fast_path(*, full: bool, limit: str | None, tags: str | None, check: bool, verify: bool) -> bool:
+    """Whether `up` looks for a fast path at all: never with ``--full``, nor for a run narrowed (``--limit``,
+    ``--tags``) or of another kind (``--check``, ``--verify``): those converge as asked."""
+    return not full and not (limit or tags or check or verify)
+
+
+@dataclass(frozen=True)
+class Repair:
+    """The fast path's plan for one drift report; every node list in inventory order."""
+
+    in_sync: list[str]  # the nodes in their desired state
+    targets: list[str]  # the drifted nodes some role repairs: the only nodes the roles' plays take (hvd_targets)
+    repaired: dict[str, list[str]]  # target -> its drifted items a role repairs
+    by_hand: dict[str, list[str]]  # node -> its drifted items no role repairs (the operator's)
+    roles: list[str]  # site.yml's roles from the earliest one any target needs to the end (hvd_verify); [] if none
+    reinstalled: list[str]  # targets whose machine-id changed: every role runs on them, never a partial repair
+    reinstall_env: list[str]  # targets whose env manifest is not the recorded one: hvd_pyenv installs the env again
+
+    @property
+    def tags(self) -> str:
+        """``--tags`` of the repair run: its roles, then hvd_state (the read-back the loop is closed with)."""
+        return ",".join([*self.roles, "hvd_state"])
+
+    @property
+    def extravars(self) -> dict[str, Any]:
+        """The repair run's extra variables: the roles' plays take only the targets (the post-flight takes every
+        node), and hvd_pyenv reinstalls the envs whose manifest changed."""
+        return {"hvd_targets": ",".join(self.targets),
+                **({"hvd_pyenv_reinstall": self.reinstall_env} if self.reinstall_env else {})}
+
+    def summary(self, read_seconds: float) -> dict[str, Any]:
+        """``fast_path`` in `up --json`."""
+        return {"in_sync": self.in_sync, "repaired": self.repaired, "by_hand": self.by_hand,
+                "read_seconds": round(read_seconds, 2)}
+
+
+def plan(report: Report, names: Sequence[str]) -> Repair:
+    """What to converge for ``report`` (every node read, none unreachable, each with a record), for the nodes
+    ``names`` in inventory order. No target: nothing to converge (in sync, or only what no role repairs)."""
+    from .. import drift  # as everywhere in the command: only a command that compares nodes loads it
+
+    targets = [n for n in names if n in report.drifted and report.repair_roles(n)]
+    roles: list[str] = []
+    if targets:
+        first = min(drift.ROLES.index(report.first_role(n)) for n in targets)
+        roles = drift.ROLES[first:]
+    return Repair(
+        in_sync=[n for n in names if n not in report.drifted],
+        targets=targets,
+        repaired={n: [d.item for d in report.drifted[n] if d.role] for n in targets},
+        by_hand={n: [d.item for d in report.by_hand(n)] for n in names if report.by_hand(n)},
+        roles=roles,
+        reinstalled=[n for n in targets if any(d.item == drift.REINSTALLED for d in report.drifted[n])],
+        reinstall_env=[n for n in targets if any(d.item == ENV_MANIFEST for d in report.drifted[n])],
+    )

@@ -1,0 +1,80 @@
+"""``hvdcluster run``: launch a Horovod job with horovodrun on the first node, behind the launch gate."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from .. import inventory, lock, spec
+from ..errors import HvdError
+from .common import EXIT_FAILED, EXIT_OK, existing_inventory
+
+
+def _launch_gate(args: argparse.Namespace, cluster: spec.ClusterSpec, root: Path) -> int | None:
+    """Refuse a launch across nodes that differ in what every rank must share (the env, the Horovod build, MPI,
+    NCCL) or that cannot be read: exit 1 naming the odd node and item. None: launch."""
+    from .. import drift, nodestate
+
+    with lock.hold(root, "run"):
+        reading = nodestate.read(root, hosts=[h.name for h in cluster.hosts])
+    problems = [f"{node}: {why}" for node, why in reading.unreachable.items()] + drift.gate(reading.found)
+    if not problems:
+        return None
+    print("hvdcluster: not launching: the nodes differ in what every rank must share "
+          "(run `hvdcluster check` for the whole report, `hvdcluster up` to repair, or --no-gate to launch anyway):",
+          file=sys.stderr)
+    for line in problems:
+        print(f"  {line}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def _run_hosts(args: argparse.Namespace) -> None:
+    """``run``'s hosts.yaml: HOSTS like every other command; the old ``--hosts FILE`` still works, with one
+    deprecation line on stderr; both at once exit 2; neither is ./hosts.yaml."""
+    if args.hosts is not None and args.hosts_flag is not None:
+        raise HvdError(f"run: give hosts.yaml once, as HOSTS: got {args.hosts} and --hosts {args.hosts_flag}")
+    if args.hosts_flag is not None:
+        print(f"hvdcluster run: --hosts is deprecated; write: hvdcluster run {shlex.quote(args.hosts_flag)} ...",
+              file=sys.stderr)
+        args.hosts = args.hosts_flag
+    elif args.hosts is None:
+        args.hosts = "hosts.yaml"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Validate everything first (no node is contacted for that), then look up what only a node knows."""
+    from .. import launch
+
+    _run_hosts(args)
+    if args.np is not None and args.np < 1:
+        raise HvdError(f"run: -np must be at least 1 (got {args.np})")
+    command = args.job
+    cluster = spec.load(args.hosts)
+    root = existing_inventory(args, cluster)
+    inv = inventory.read(root)
+    nic = args.network_interface or launch.recorded_interface(inv)
+    open_slots = launch.open_slots(inv)
+    plan = launch.build(inv, command, np=args.np, controller=args.controller, network_interface=nic,
+                        gpus=None if open_slots else {})
+    if args.print:
+        if nic is None:
+            print(f"hvdcluster: the fabric interface is read from {next(iter(inv.hosts))} when the job starts "
+                  "(pass --network-interface to name it)", file=sys.stderr)
+        if open_slots:
+            print(f"hvdcluster: slots of {', '.join(open_slots)} are one per GPU found, read from the nodes when the "
+                  "job starts (shown as 1; write `slots:` in hosts.yaml to fix them)", file=sys.stderr)
+        print(shlex.join(plan.argv()))
+        return EXIT_OK
+    # The look-ups on the nodes, once everything else is known to be right.
+    if not args.no_gate:
+        refused = _launch_gate(args, cluster, root)
+        if refused is not None:
+            return refused
+    gpus = launch.gpu_counts(inv, open_slots) if open_slots else {}
+    if nic is None:
+        nic = launch.fabric_interface(inv, next(iter(inv.hosts)))
+    plan = launch.build(inv, command, np=args.np, controller=args.controller, network_interface=nic, gpus=gpus)
+    return subprocess.run(plan.argv()).returncode

@@ -1,0 +1,143 @@
+"""One playbook run with a live line per node, the loop closed on what the nodes read back, and its summary;
+``hvdcluster preflight`` and `up`'s full converge are one such run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from .. import inventory, lock, spec
+from ..progress import Console, Tracker, dump_json
+from .common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    bastion_problem,
+    check_limit,
+    check_output,
+    check_tags,
+    console_for,
+    inventory_root,
+    load_and_resolve,
+    render,
+)
+
+# up --verify: the post-flight's slow proofs even when nothing changed since they last passed.
+FULL_VERIFY = {"hvd_verify_allreduce": "always", "hvd_horovod_gate_always": True}
+
+
+def tracked_run(root: Path, cluster: spec.ClusterSpec, console: Console, playbook: str, *,
+                limit: str | None = None, tags: str | None = None, check: bool = False, diff: bool = False,
+                extravars: dict | None = None, events: list[dict] | None = None) -> tuple[Tracker, Any]:
+    """One playbook run with a live line per node; the tracker of what happened and ansible-runner's result
+    (``events``, when given, receives every event: the nodes' read-back is among them)."""
+    from ..runner import run_playbook
+
+    tracker = Tracker.for_hosts([h.name for h in cluster.hosts], pinned=inventory.pinned_hosts(cluster))
+    console.update(tracker, set(tracker.hosts))
+    first_use = inventory.first_use_hosts(cluster, root)  # nodes whose host key no pin and no earlier run vouches for
+
+    def on_event(event: dict) -> None:
+        if events is not None:
+            events.append(event)
+        console.update(tracker, tracker.handle(event))
+
+    result = run_playbook(root, playbook, limit=limit, tags=tags, check=check, diff=diff, extravars=extravars,
+                          on_event=on_event)
+    trusted = inventory.trusted_on_first_use(cluster, root, first_use)  # said plainly behind a bastion
+    if trusted:
+        console.write(trusted)
+    return tracker, result
+
+
+def close_loop(root: Path, cluster: spec.ClusterSpec, tracker: Tracker, events: list[dict],
+               desired: dict[str, dict | None], *, converged: list[str], records_current: bool) -> list[str]:
+    """The loop contract: every node the converge read back (site.yml's last play, the reader `check` uses) is held
+    against what it must be (drift.confirm); a node that is records it as its desired state, a node that is not is
+    marked not repaired. Returns one line per node and item that still differs."""
+    from .. import drift, nodestate
+
+    found, _ = nodestate.collect(events)
+    names = [h.name for h in cluster.hosts]
+    scope = [n for n in names if n in found]
+    report = drift.confirm({n: desired.get(n) for n in scope}, {n: found[n] for n in scope},
+                           converged=converged, records_current=records_current, order=names)
+    for node in scope:
+        if node in report.drifted:
+            tracker.hosts[node].unrepaired = True
+        else:
+            nodestate.record(root, node, found[node])
+    return drift.unrepaired_lines(report)
+
+
+def finish(args: argparse.Namespace, console: Console, cluster: spec.ClusterSpec, root: Path, tracker: Tracker,
+           result: Any, extra: dict | None = None, unrepaired: list[str] | None = None) -> int:
+    console.summary(tracker, str(result.log))
+    if unrepaired:
+        console.write("Not repaired (read back after the converge with the reader `check` uses):")
+        for line in unrepaired:
+            console.write(f"  {line}")
+    problem = bastion_problem(cluster, root) if any(h.unreachable for h in tracker.hosts.values()) else ""
+    if problem:
+        console.write(f"nodes unreachable: {problem}")
+    if args.json:
+        dump_json(sys.stdout, {"cluster": cluster.cluster, "inventory": str(root), "rc": result.rc,
+                               "log": str(result.log), **tracker.as_dict(), "not_repaired": list(unrepaired or []),
+                               **(extra or {})})
+    if tracker.ok and result.rc == 0 and not unrepaired:
+        return EXIT_OK
+    if not tracker.failures and not unrepaired:
+        console.write(f"ansible-playbook ended with rc {result.rc} ({result.status}): see {result.log}")
+    return EXIT_FAILED
+
+
+def converge(args: argparse.Namespace, playbook: str, what: str, command: str) -> int:
+    """Resolve, render the inventory, run one playbook with live progress, then the summary."""
+    from .. import nodestate
+    from ..runner import check_environment
+
+    console = console_for(args)
+    check_environment()  # an ANSIBLE_* setting that turns host key checking off: exit 2, nothing written
+    output = check_output(args.output)
+    tags = getattr(args, "tags", None)
+    check_tags(tags)
+    console.step(1, 3, f"read {args.hosts} and resolve the stack")
+    cluster, plan = load_and_resolve(args.hosts, getattr(args, "bundle", None))
+    check_limit(args.limit, cluster)
+    console.write(f"  cluster {cluster.cluster}: {len(cluster.hosts)} hosts")
+    # One run at a time: the lock is taken before anything is written, so a second run changes nothing.
+    with lock.hold(inventory_root(output, cluster), command):
+        console.step(2, 3, "write inventory")
+        root = render(cluster, output, plan)
+        console.write(f"  {root}")
+        check = getattr(args, "check", False)
+        mode = " (check mode: nothing is changed)" if check else ""
+        console.step(3, 3, f"{what} playbooks/{playbook}{mode}")
+        extravars = FULL_VERIFY if getattr(args, "verify", False) else None
+        converging = playbook == "site.yml" and not check
+        names = [h.name for h in cluster.hosts]
+        desired = nodestate.desired(root, names) if converging else {}
+        inputs = nodestate.inputs_digest(root) if converging else ""
+        # The records were made from these same inputs (`up --full` with nothing changed): hold the nodes to them.
+        records_current = converging and nodestate.recorded_inputs(root) == inputs
+        if converging:
+            nodestate.forget_inputs(root)  # recorded again only when this run ends well: a run cut short never counts
+        events: list[dict] = []
+        tracker, result = tracked_run(root, cluster, console, playbook, limit=args.limit, tags=tags, check=check,
+                                      diff=getattr(args, "diff", False), extravars=extravars, events=events)
+        unrepaired: list[str] = []
+        if converging and not tags:
+            converged = [h for h, s in tracker.hosts.items() if (s.ok or s.changed) and not s.unreachable]
+            unrepaired = close_loop(root, cluster, tracker, events, desired, converged=converged,
+                                    records_current=records_current)
+            if tracker.ok and result.rc == 0 and not args.limit and not unrepaired:
+                # after the run: a first converge makes the cluster key, which is one of the inputs
+                nodestate.record_inputs(root, nodestate.inputs_digest(root))  # the fast path's reference
+    extra = {"converged": [h for h, s in tracker.hosts.items() if (s.ok or s.changed) and s.ended_well]
+             } if playbook == "site.yml" else {}
+    return finish(args, console, cluster, root, tracker, result, extra, unrepaired)
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    return converge(args, "preflight.yml", "check every node, read-only:", "preflight")

@@ -1,0 +1,95 @@
+"""``hvdcluster up``: converge every node; on a cluster converged before from the same inputs, only the drifted
+nodes (the fast path: what to repair is decided by :mod:`.repair`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import lock
+from ..progress import dump_json, transfer_report
+from . import repair, runs
+from .common import EXIT_FAILED, EXIT_OK, check_output, console_for, inventory_root, load_and_resolve, render
+
+
+def _fast_path(args: argparse.Namespace) -> int | None:
+    """`up` on a cluster converged before from the same inputs: read every node (one module call each); nodes in
+    sync are not converged again; a drifted node runs the roles that own its drifted items and those after them;
+    then the post-flight proves the whole cluster again. None: converge fully instead (no record of some node,
+    inputs changed since the last full converge, a node unreachable, or a drift no role repairs)."""
+    from .. import drift, nodestate
+    from ..runner import check_environment
+
+    check_environment()
+    output = check_output(args.output)
+    cluster, plan = load_and_resolve(args.hosts, args.bundle)
+    root = inventory_root(output, cluster)
+    if not (root / "hosts.yml").is_file() or not nodestate.recorded_inputs(root):
+        return None
+    console = console_for(args)
+    names = [h.name for h in cluster.hosts]
+    with lock.hold(root, "up"):
+        render(cluster, output, plan)
+        if nodestate.inputs_digest(root) != nodestate.recorded_inputs(root):
+            console.write("inputs changed since the last full converge: converging every node")
+            return None
+        want = nodestate.desired(root, names)
+        if any(state is None for state in want.values()):
+            return None
+        console.step(1, 2, f"read every node's state ({len(names)} nodes, read-only)")
+        reading = nodestate.read(root, hosts=names)
+        if reading.unreachable:
+            return None
+        report = drift.compare(want, reading.found, [])
+        todo = repair.plan(report, names)
+        fast = todo.summary(reading.seconds)
+        if not report.drifted:
+            console.write(f"  {drift.render(report)}")
+            console.write(f"every node is in its desired state (read in {reading.seconds:.1f} s): nothing to converge")
+            if args.json:
+                dump_json(sys.stdout, {"cluster": cluster.cluster, "inventory": str(root), "rc": 0, "log": reading.log,
+                                       "ok": True, "hosts": {n: {"status": "up-to-date", "ok": 0, "changed": 0,
+                                                                 "failed": 0, "unreachable": 0, "skipped": 0}
+                                                             for n in names},
+                                       "failures": [], "notices": {}, "preflight": {},
+                                       "transfers": transfer_report([]), "fast_path": fast,
+                                       "converged": [], "not_repaired": []})
+            return EXIT_OK
+        console.write(drift.render(report))
+        for node in todo.reinstalled:
+            console.write(f"  {node}: reinstalled since its last converge ({drift.REINSTALLED} changed): the "
+                          "pre-flight and every role run on it, never a partial repair")
+        if not todo.targets:  # only what no role repairs: nothing to converge, and not in sync either
+            unrepairable = drift.unrepaired_lines(report)
+            for line in unrepairable:
+                console.write(f"not repaired: {line}")
+            if args.json:
+                dump_json(sys.stdout, {"cluster": cluster.cluster, "inventory": str(root), "rc": 1, "log": reading.log,
+                                       "ok": False, "fast_path": fast, "converged": [], "not_repaired": unrepairable})
+            return EXIT_FAILED
+        roles = ", ".join(r for r in todo.roles if r != "hvd_verify")
+        console.step(2, 2, f"repair {', '.join(todo.targets)} ({roles}), then prove the whole cluster (hvd_verify)")
+        inputs = nodestate.recorded_inputs(root)
+        nodestate.forget_inputs(root)  # recorded again only when the repair and the proof end well
+        # One run: the roles' plays take only the drifted nodes (hvd_targets); the post-flight takes every node.
+        events: list[dict] = []
+        tracker, result = runs.tracked_run(root, cluster, console, "site.yml", tags=todo.tags,
+                                           extravars=todo.extravars, events=events)
+        # The loop contract: the repaired nodes (and the others) read back against their records.
+        # What no role repairs is named there too ("no role repairs it").
+        unrepaired = runs.close_loop(root, cluster, tracker, events, want, converged=todo.targets,
+                                     records_current=True)
+        if tracker.ok and result.rc == 0 and not unrepaired:
+            nodestate.record_inputs(root, inputs)
+    return runs.finish(args, console, cluster, root, tracker, result,
+                       {"fast_path": fast, "converged": [n for n in todo.targets if tracker.hosts[n].ended_well]},
+                       unrepaired)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    if repair.takes_fast_path(full=args.full, limit=args.limit, tags=args.tags, check=args.check,
+                              verify=args.verify):
+        fast = _fast_path(args)
+        if fast is not None:
+            return fast
+    return runs.converge(args, "site.yml", "converge", "up")

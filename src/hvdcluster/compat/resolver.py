@@ -1,0 +1,187 @@
+""":func:`resolve`: the partial ``stack`` of hosts.yaml made complete and consistent, or every conflict listed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .draft import _conflicts, _draft, _Draft, _involving_the_user, _is_gpu, _package_pins
+from .matrix import _Catalog, _matrix
+from .model import Conflict, NodeInfo, Plan, ResolveError
+from .search import _Filler
+from .versions import _listing, _mm
+
+DEFAULT_PREFIX = "/opt/hvd/env"
+_PIP_NAMES = {"pytorch": "torch", "tensorflow": "tensorflow"}
+
+
+# --------------------------------------------------------------------------------------------- checks
+
+
+def _unknowns(cat: _Catalog, draft: _Draft, node: NodeInfo, os_row: dict | None) -> list[Conflict]:
+    """Versions the matrix does not list, and a node OS it does not support."""
+    found = []
+    for kind in ("cuda", "driver", "cudnn", "nccl", "pytorch", "tensorflow", "horovod"):
+        value = draft.values.get(kind)
+        if value is not None and cat.find(kind, value) is None:
+            rows, _ = cat.rows[kind]
+            ranges = [str(row["versions"]) for row in cat.ranges(kind)]
+            stated = f"; ranges the matrix states: {', '.join(ranges)}" if ranges else ""
+            found.append(
+                Conflict(
+                    "unknown-version",
+                    f"unknown {kind} {value} (known: {_listing(cat.known(kind))}{stated}; the newest verified is"
+                    f" {cat.known(kind)[0]}: add a row with its source to compat.yaml for a newer one)",
+                    (draft.label(kind), f"compat.yaml {kind}"),
+                    rows[0]["source"],
+                    draft.where(kind),
+                )
+            )
+    if node.os_id and os_row is None:
+        supported = "; ".join(f"{'/'.join(r['ids'])} {r['version']}" for r in cat.m["os"])
+        found.append(
+            Conflict(
+                "unsupported-os",
+                f"node OS {node.os_id} {node.os_version} is not supported (supported: {supported})",
+                (f"node.os={node.os_id} {node.os_version}", "compat.yaml os"),
+                cat.m["os"][0]["source"],
+            )
+        )
+    return found
+
+
+def _mpi_source_needs_version(mpi: dict, source: str, draft: _Draft, lines: Mapping[str, int]) -> list[Conflict]:
+    if mpi["source"] == "source" and not mpi["version"]:
+        line = lines.get("stack.mpi.source")
+        return [
+            Conflict(
+                "mpi-source-needs-version",
+                "an Open MPI source build needs stack.mpi.version (there is no default to build)",
+                ("stack.mpi.source=source" + (f" (line {line})" if line else ""), "stack.mpi.version=(unset)"),
+                source,
+                f"{draft.path}:{line}" if line else "",
+            )
+        ]
+    return []
+
+
+def _range_notes(cat: _Catalog, draft: _Draft) -> list[str]:
+    """A note for each value judged by a range of the matrix rather than a verified row."""
+    notes = []
+    for kind in cat.rows:
+        value = draft.values.get(kind)
+        row = cat.find(kind, value) if value is not None else None
+        if row is not None and "versions" in row:
+            notes.append(f"{kind}: {value} is not a verified release; judged by the matrix range {row['versions']}")
+    return notes
+
+
+# --------------------------------------------------------------------------------------------- plan
+
+
+def _mpi(stack: dict, os_row: dict | None, draft: _Draft) -> dict:
+    """The mpi section; a package install takes the OS's Open MPI version."""
+    given = dict(stack.get("mpi") or {})
+    distro = (os_row or {}).get("openmpi")
+    mpi = {"impl": given.pop("impl", "openmpi"), "version": given.pop("version", None)}
+    mpi["source"] = given.pop("source", "package")
+    if mpi["source"] == "package" and mpi["version"] is None and distro:
+        mpi["version"] = distro["version"]
+        draft.values["mpi"] = distro["version"]
+        draft.notes.append(f"mpi: openmpi {distro['version']} (the {os_row['ids'][0]} {os_row['version']} package)")
+    return {**mpi, **given}
+
+
+def _python(stack: dict, draft: _Draft) -> dict:
+    """The python section: given keys kept, framework pins added for the versions chosen."""
+    given = dict(stack.get("python") or {})
+    python = {"manager": given.pop("manager", "venv"), "prefix": given.pop("prefix", DEFAULT_PREFIX)}
+    packages = list(given.pop("packages", None) or [])
+    python["version"] = draft.values["python"]
+    pins = _package_pins(packages)
+    for kind in ("pytorch", "tensorflow"):
+        value = draft.values.get(kind)
+        if value is None or kind in draft.given:
+            continue
+        pin = f"{_PIP_NAMES[kind]}=={value}.*"
+        packages = [pin if kind in pins and p == pins[kind][0] else p for p in packages]
+        if kind not in pins:
+            packages.append(pin)
+        draft.shown[kind] = pin
+    python["packages"] = packages
+    return {**python, **given}
+
+
+def _default_python(node: NodeInfo, os_row: dict | None, draft: _Draft) -> None:
+    """Python defaults to the node's interpreter, else the OS default."""
+    if draft.values["python"] is not None:
+        return
+    if node.python:
+        draft.values["python"] = _mm(node.python)
+        draft.notes.append(f"python: {draft.values['python']} (the node's python {node.python})")
+    elif os_row and "python" in os_row:
+        draft.values["python"] = os_row["python"]["version"]
+        draft.notes.append(f"python: {draft.values['python']} (the {os_row['ids'][0]} {os_row['version']} default)")
+
+
+def _defaults_before_search(stack: dict, draft: _Draft, cat: _Catalog) -> dict:
+    """Horovod settings that do not depend on the search, with notes."""
+    given = dict(stack.get("horovod") or {})
+    gpu = draft.values["gpu"]
+    horovod = {
+        "version": given.pop("version", None) or cat.known("horovod")[0],
+        "frameworks": list(given.pop("frameworks", None) or ["pytorch"]),
+        "gpu_operations": given.pop("gpu_operations", None) or ("nccl" if gpu else "none"),
+        "cpu_operations": given.pop("cpu_operations", None) or "gloo",
+        "controllers": list(given.pop("controllers", None) or ["mpi", "gloo"]),
+    }
+    if draft.values["horovod"] is None:
+        draft.values["horovod"] = horovod["version"]
+        draft.notes.append(f"horovod: {horovod['version']} (newest known release)")
+    draft.values["gpu_operations"] = horovod["gpu_operations"]
+    if gpu:
+        draft.values["gpu_source"] = stack.get("gpu_source") or "system"
+    return {**horovod, **given}
+
+
+def resolve(
+    stack: dict,
+    node: NodeInfo | None = None,
+    *,
+    gpu: bool | None = None,
+    lines: Mapping[str, int] | None = None,
+    path: str = "hosts.yaml",
+) -> Plan:
+    """Fill ``stack`` (hosts.yaml's ``stack``) with the newest consistent choices, or raise ResolveError.
+
+    ``lines`` (``ClusterSpec.stack_lines``: "stack.cuda" -> line) and ``path`` let each conflict name the
+    hosts.yaml line of the value the user wrote.
+    """
+    cat = _Catalog(_matrix())
+    stack = stack or {}
+    node = node or NodeInfo()
+    lines = lines or {}
+    os_row = cat.os(node)
+    draft = _draft(stack, node, _is_gpu(stack, node, gpu), lines, path)
+    horovod = _defaults_before_search(stack, draft, cat)
+    _default_python(node, os_row, draft)
+    _Filler(cat, draft, node, os_row).fill(horovod["frameworks"])
+    mpi = _mpi(stack, os_row, draft)
+    python = _python(stack, draft)
+
+    conflicts = _unknowns(cat, draft, node, os_row) + _involving_the_user(draft, _conflicts(cat, draft))
+    conflicts += _mpi_source_needs_version(mpi, cat.m["sources"]["horovod_install"], draft, lines)
+    if conflicts:
+        raise ResolveError(conflicts)
+
+    patches = cat.horovod_patches(horovod["version"], draft.values)
+    notes = draft.notes + _range_notes(cat, draft)
+    notes += [f"horovod patch {p['name']}: lifts the break on {p['fixes']}" for p in patches]
+    resolved = {
+        "gpu": draft.values["gpu"],
+        "gpu_source": draft.values.get("gpu_source"),
+        **{name: draft.values.get(name) for name in ("driver", "cuda", "cudnn", "nccl", "gcc")},
+        "mpi": mpi,
+        "python": python,
+        "horovod": horovod,
+    }
+    return Plan(resolved, tuple(notes), tuple(p["name"] for p in patches))

@@ -1,0 +1,76 @@
+"""What `up`'s fast path repairs, decided on plain data: a drift report in, the nodes and roles to converge out."""
+
+from __future__ import annotations
+
+import pytest
+
+from hvdcluster import drift
+from hvdcluster.cli.repair import plan, takes_fast_path
+
+NAMES = ["gpu01", "gpu02", "gpu03"]
+STATE = {"os.release": "debian 12", "os.kernel": "6.1.0-18-amd64", "os.machine-id": "m" * 32, "cuda.version": "12.4",
+         "pkg.libnccl2": "2.21.5-1+cuda12.4", "env.manifest": "e" * 16, "env.lock": "l" * 16, "env.files": "ok",
+         "horovod.record": "r" * 16, "mesh.authorized": True}
+
+
+def report(**drifted: dict) -> drift.Report:
+    """Every node of NAMES recorded with STATE and read back with STATE, changed by ``drifted`` (node -> items)."""
+    found = {n: {**STATE, **drifted.get(n, {})} for n in NAMES}
+    return drift.compare({n: dict(STATE) for n in NAMES}, found, [], order=NAMES)
+
+
+def test_a_cluster_in_sync_converges_nothing() -> None:
+    todo = plan(report(), NAMES)
+    assert todo.in_sync == NAMES and todo.targets == [] and todo.roles == []
+    assert todo.summary(0.1) == {"in_sync": NAMES, "repaired": {}, "by_hand": {}, "read_seconds": 0.1}
+
+
+def test_a_drifted_node_runs_the_role_that_owns_its_drift_and_every_role_after_it() -> None:
+    todo = plan(report(gpu02={"horovod.record": "x" * 16}), NAMES)
+    assert todo.targets == ["gpu02"] and todo.in_sync == ["gpu01", "gpu03"]
+    assert todo.roles == ["hvd_horovod", "hvd_verify"]
+    assert todo.tags == "hvd_horovod,hvd_verify,hvd_state"
+    assert todo.extravars == {"hvd_targets": "gpu02"}
+    assert todo.repaired == {"gpu02": ["horovod.record"]}
+
+
+def test_the_repair_starts_at_the_earliest_role_any_drifted_node_needs() -> None:
+    todo = plan(report(gpu03={"horovod.record": "x" * 16}, gpu01={"cuda.version": "12.5"}), NAMES)
+    assert todo.targets == ["gpu01", "gpu03"]  # inventory order, not the order the drifts were found in
+    assert todo.roles == drift.ROLES[drift.ROLES.index("hvd_cuda"):]
+    assert todo.extravars == {"hvd_targets": "gpu01,gpu03"}
+
+
+def test_what_no_role_repairs_is_the_operators_and_converges_nothing() -> None:
+    todo = plan(report(gpu02={"os.release": "debian 13"}), NAMES)
+    assert todo.targets == [] and todo.roles == []
+    assert todo.by_hand == {"gpu02": ["os.release"]}
+    assert "gpu02" not in todo.in_sync  # not converged, and not in sync either
+
+
+def test_a_node_with_a_repairable_and_a_by_hand_drift_is_repaired_for_the_first_and_names_the_second() -> None:
+    todo = plan(report(gpu01={"os.release": "debian 13", "pkg.libnccl2": "2.20.3-1+cuda12.4"}), NAMES)
+    assert todo.targets == ["gpu01"] and todo.roles[0] == "hvd_nccl"
+    assert todo.repaired == {"gpu01": ["pkg.libnccl2"]} and todo.by_hand == {"gpu01": ["os.release"]}
+
+
+def test_a_reinstalled_node_runs_the_preflight_and_every_role() -> None:
+    todo = plan(report(gpu03={"os.machine-id": "n" * 32, "horovod.record": "x" * 16}), NAMES)
+    assert todo.reinstalled == ["gpu03"] and todo.roles == drift.ROLES
+
+
+def test_a_changed_env_manifest_makes_hvd_pyenv_install_that_nodes_env_again() -> None:
+    todo = plan(report(gpu02={"env.manifest": "f" * 16}, gpu03={"horovod.record": "x" * 16}), NAMES)
+    assert todo.roles[0] == "hvd_pyenv" and todo.reinstall_env == ["gpu02"]
+    assert todo.extravars == {"hvd_targets": "gpu02,gpu03", "hvd_pyenv_reinstall": ["gpu02"]}
+
+
+def test_the_summary_rounds_the_read_time() -> None:
+    assert plan(report(), NAMES).summary(1.23456)["read_seconds"] == 1.23
+
+
+@pytest.mark.parametrize("flag", ["full", "limit", "tags", "check", "verify"])
+def test_a_narrowed_or_special_up_never_takes_the_fast_path(flag: str) -> None:
+    plain = {"full": False, "limit": None, "tags": None, "check": False, "verify": False}
+    assert takes_fast_path(**plain)
+    assert not takes_fast_path(**{**plain, flag: "gpu01" if flag in ("limit", "tags") else True})
