@@ -2,7 +2,7 @@
 
 Parsers turn what ``nvidia-smi -q`` (text or ``-x`` XML), ``nvidia-smi nvlink -s``, the kernel log, ``ibstat`` or
 ``/sys/class/infiniband``, nccl-tests' ``all_reduce_perf``, an ``NCCL_DEBUG=INFO`` log, ``dcgmi diag``, the Fabric
-Manager journal and ``dkms status`` print into plain dicts and lists. Rules take those (and what the cluster expects)
+Manager journal print into plain dicts and lists. Rules take those (and what the cluster expects)
 and return findings, each ``{item, severity, found, expected, fix, source}``: ``item`` is a stable id
 (``gpu.pcie_width.0000:07:00.0``), ``severity`` is ``fail`` or ``warn`` (as hvd_preflight's), ``source`` names where
 the threshold or the meaning comes from. Numbers with a source live in ``THRESHOLDS``, one row each.
@@ -44,8 +44,6 @@ SOURCES = {
     "busbw_large": "https://github.com/NVIDIA/nccl-tests/issues/212 ('256M is too small to reach peak')",
     "nccl_net": "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html",
     "dcgm_diag": "https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html",
-    "dkms_format": "https://github.com/void-linux/void-packages/commit/48bf6bbf9feb0e6aee4ae9a5eadde96732a87e32"
-                   " (dkms 2.8.6 changed 'name, version' to 'name/version')",
 }
 
 
@@ -665,7 +663,7 @@ def parse_dcgmi_diag_json(text: str) -> dict[str, Any]:
     return _diag_result(tests, {"DCGM Version": body.get("version", "")})
 
 
-# ------------------------------------------------------------------------------------------ Fabric Manager, dkms
+# ------------------------------------------------------------------------------------------ Fabric Manager
 
 _FM_MISMATCH = re.compile(r"driver interface version (\S+) don't match with driver version ([^\s.]+(?:\.\d+)*)")
 
@@ -691,14 +689,6 @@ def parse_fabricmanager_log(text: str) -> dict[str, Any]:
     return info
 
 
-_DKMS = re.compile(r"^(?P<module>[^,/\s]+)(?:/|, )(?P<version>[^,:\s]+)"
-                   r"(?:, (?P<kernel>[^,:\s]+), (?P<arch>[^,:\s]+))?: (?P<state>.+)$")
-
-
-def parse_dkms_status(text: str) -> list[dict[str, Optional[str]]]:
-    """``dkms status`` lines, old (``nvidia, 470.86, 5.13.18, x86_64: installed``) and new (``nvidia/535.86.05,
-    ...``): [{module, version, kernel, arch, state}]; kernel and arch are None for an ``added`` module."""
-    return [match.groupdict() for match in map(_DKMS.match, (line.strip() for line in text.splitlines())) if match]
 
 
 # ------------------------------------------------------------------------------------------ rules: GPUs

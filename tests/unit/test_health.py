@@ -61,8 +61,6 @@ FM_SYSTEMCTL = "systemctl-status_nvidia-fabricmanager_FAIL-version-mismatch_550.
 FM_JOURNAL = "journal-line_nv-fabricmanager_FAIL-version-mismatch_530.30.02-vs-530.41.03.txt"
 FM_NO_SWITCH = "journalctl_nvidia-fabricmanager_FAIL-NV_WARN_NOTHING_TO_DO_a40-nvlink-bridge-no-nvswitch.txt"
 FM_LOG = "nv-fabricmanager_h100-535.161.08_nvswitch-nonfatal-12028.log"
-DKMS_STATUS = "dkms-status_nvidia-535.86.05_installed.txt"
-DKMS_MISSING = "nvidia-smi_FAIL-couldnt-communicate_kernel-upgraded-module-missing.txt"
 
 
 def read(name: str) -> str:
@@ -299,19 +297,6 @@ def test_fabricmanager_log_reads_versions_and_failure(name: str, fm: str, driver
     parsed = health.parse_fabricmanager_log(read(name))
     assert (parsed["fm_version"], parsed["driver_version"], parsed["mismatch"], parsed["failed"]) == (
         fm, driver, mismatch, failed)
-
-
-def test_dkms_status_reads_both_formats() -> None:
-    assert health.parse_dkms_status(read(DKMS_STATUS)) == [
-        {"module": "nvidia", "version": "535.86.05", "kernel": "6.5.0-060500rc5-generic", "arch": "x86_64",
-         "state": "installed"},
-        {"module": "rtl8852bu", "version": "1.19.3", "kernel": "6.5.0-060500rc5-generic", "arch": "x86_64",
-         "state": "installed"}]
-    assert health.parse_dkms_status(read(DKMS_MISSING)) == []  # "The program 'dkms' is currently not installed"
-    # dkms before 2.8.6, and a module built for no kernel, as quoted in SOURCES["dkms_format"]
-    assert health.parse_dkms_status("zfs, 2.1.4, 5.15.39_1, x86_64: installed\nmodule-name, x.y.z: added") == [
-        {"module": "zfs", "version": "2.1.4", "kernel": "5.15.39_1", "arch": "x86_64", "state": "installed"},
-        {"module": "module-name", "version": "x.y.z", "kernel": None, "arch": None, "state": "added"}]
 
 
 # ------------------------------------------------------------------------------------------ rules
