@@ -44,8 +44,8 @@ description:
     RECORD: nothing else may be in the env), C(env.manifest) (digest of what the manifest says was installed).
   - C(os.release), C(os.kernel), C(os.machine-id) (digest; a reinstalled node has another).
   - C(horovod.version), C(horovod.record), C(horovod.key), C(horovod.checked).
-  - C(mesh.authorized), C(mesh.known_hosts), C(mesh.ssh_config), C(base.hosts), C(base.ca), C(profile.<file>)
-    (/etc/profile.d/hvd-*.sh), C(ldconf.<file>) (/etc/ld.so.conf.d/hvd-*.conf).
+  - C(mesh.authorized), C(mesh.known_hosts), C(mesh.ssh_config), C(base.hosts), C(base.fabric_interface), C(base.ca),
+    C(profile.<file>) (/etc/profile.d/hvd-*.sh), C(ldconf.<file>) (/etc/ld.so.conf.d/hvd-*.conf).
   - With I(look), also I(host): the host as the pre-flight judges it and C(plan --probe) resolves for it.
   - Reads only; supports check mode.
 options:

@@ -598,9 +598,11 @@ def mesh_state(root: str, cluster: str, user: str = "root", public_key: str = ""
 
 
 def base_state(root: str, cluster: str) -> dict:
-    """``base.hosts`` (hvd_base's /etc/hosts block, as text), ``base.ca`` (the CA files it installs), ``profile.<file>``
+    """``base.hosts`` (hvd_base's /etc/hosts block, as text), ``base.fabric_interface`` (the interface hvd_base found
+    for the node's fabric address: what `run` passes to horovodrun), ``base.ca`` (the CA files it installs), ``profile.<file>``
     and ``ldconf.<file>`` (our /etc/profile.d/hvd-*.sh and /etc/ld.so.conf.d/hvd-*.conf)."""
-    out = {"base.hosts": block_text(read_blocks(under(root, "/etc/hosts"), f"# BEGIN hvdcluster {cluster} nodes"))}
+    out = {"base.hosts": block_text(read_blocks(under(root, "/etc/hosts"), f"# BEGIN hvdcluster {cluster} nodes")),
+           "base.fabric_interface": (read_fact(root, "hvd_base") or {}).get("fabric_interface") or ABSENT}
     digest = hashlib.sha256()
     cas = sorted(glob.glob(glob.escape(under(root, os.path.dirname(CA_GLOB))) + "/" + os.path.basename(CA_GLOB)))
     for path in cas:

@@ -46,7 +46,8 @@ NO_RECORD_NOTE = "no desired record: compared with peers"
 # env.manifest is what the node's env manifest vouches for: the same on every node that installed the same archive,
 # but an env rebuilt from the same inputs by an earlier version (byte caches stamped with their install time) differs
 # in its bytes, so it is held against the node's own record, where a manifest changed to vouch for an addition shows.
-PER_NODE_ITEMS = ("os.kernel", "os.machine-id", "driver.loaded", "horovod.checked", "env.manifest")
+PER_NODE_ITEMS = ("os.kernel", "os.machine-id", "driver.loaded", "horovod.checked", "env.manifest",
+                  "base.fabric_interface")
 PER_NODE_PREFIXES = ("gpu.",)
 
 # Items every node must share: a node whose own record is odd among its peers' records is reported.

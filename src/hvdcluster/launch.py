@@ -70,6 +70,24 @@ def gpu_counts(inv: Inventory, hosts: list[str], timeout: float = 20) -> dict[st
         return dict(zip(hosts, pool.map(one, hosts)))
 
 
+def counts_read(found: dict[str, dict], hosts: list[str]) -> dict[str, int]:
+    """The GPUs of each of ``hosts`` from the node states the launch gate read (``gpu.count``: what
+    hvd_nvidia_driver recorded); 0 where none was recorded."""
+    out = {}
+    for host in hosts:
+        try:
+            out[host] = max(int((found.get(host) or {}).get("gpu.count") or 0), 0)
+        except (TypeError, ValueError):
+            out[host] = 0
+    return out
+
+
+def interface_read(found: dict[str, dict], host: str) -> str | None:
+    """The fabric interface hvd_base recorded on ``host``, from the node state the launch gate read."""
+    value = (found.get(host) or {}).get("base.fabric_interface")
+    return str(value) if value and value != "absent" else None
+
+
 def activation(prefix: str, manager: str = "venv") -> str:
     """Shell that gives horovodrun, and so every rank it starts (it passes its environment on: to Gloo's remote
     commands and as ``mpirun -x``), what the roles set up for login shells: the CUDA/NCCL settings they wrote to

@@ -466,6 +466,33 @@ def test_run_gate_lets_identical_nodes_launch(hosts: Path, rendered: Path, monke
     assert len(calls) == 1 and len(launched) == 1
 
 
+def test_run_takes_gpu_counts_and_the_fabric_interface_from_the_gates_read(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slots left open in hosts.yaml are one per GPU found, and horovodrun is given the interface hvd_base found:
+    both come from the node states the gate read, with no second round of SSH to the nodes."""
+    from hvdcluster import launch
+
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("cluster: c1\nhosts:\n  - {name: gpu01, address: 10.0.0.1}\n"
+                     "  - {name: gpu02, address: 10.0.0.2, slots: 1}\n")
+    assert cli.main(["inventory", str(hosts), "-o", str(tmp_path / "inv")]) == 0
+    calls = fake_reading(monkeypatch, {"gpu01": {**SHARED, "gpu.count": 4, "base.fabric_interface": "ib0"},
+                                       "gpu02": {**SHARED, "gpu.count": 8, "base.fabric_interface": "ib1"}})
+
+    def no_second_read(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"a node was read again: {args}")
+
+    monkeypatch.setattr(launch, "fabric_interface", no_second_read)
+    monkeypatch.setattr(launch, "gpu_counts", no_second_read)
+    launched: list = []
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: launched.append(argv) or
+                        subprocess.CompletedProcess(argv, 0))
+    assert cli.main(["run", str(hosts), "-o", str(tmp_path / "inv"), "--", "python", "t.py"]) == 0
+    assert len(calls) == 1 and len(launched) == 1
+    remote = launched[0][-1]
+    assert "-np 5 -H gpu01:4,gpu02:1 " in remote and "--network-interfaces ib0 " in remote, remote
+
+
 def test_check_exits_1_naming_the_drifted_node_and_0_in_sync(
     hosts: Path, rendered: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:

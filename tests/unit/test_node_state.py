@@ -72,7 +72,7 @@ EVERY_KEY = {
     "nccl.header", "mpi.path", "mpi.version", "env.python", "env.key", "env.lock", "env.files", "env.manifest",
     "os.machine-id", "horovod.version",
     "horovod.record", "horovod.key", "horovod.checked", "mesh.authorized", "mesh.known_hosts", "mesh.ssh_config",
-    "base.hosts", "base.ca"}
+    "base.hosts", "base.fabric_interface", "base.ca"}
 
 
 def write(root: Path, path: str, text: str | bytes, mode: int = 0o644) -> Path:
@@ -119,6 +119,8 @@ def node(tmp_path: Path) -> Path:
     write(root, facts + "hvd_nvidia_driver.fact", json.dumps({"gpu_count": "2", "loaded": "535.161.08"}))
     write(root, facts + "hvd_cuda.fact", json.dumps({"version": "12.2.140", "home": "/usr/local/cuda-12.2"}))
     write(root, facts + "hvd_nccl.fact", json.dumps({"version": "2.19.3", "home": "/opt/nccl"}))
+    write(root, facts + "hvd_base.fact", json.dumps({"fabric_address": "n1", "fabric_ip": "10.0.0.1",
+                                                      "fabric_interface": "ib0"}))
     write(root, "/opt/nccl/include/nccl.h", "#define NCCL_MAJOR 2\n#define NCCL_MINOR 19\n#define NCCL_PATCH 3\n")
     write(root, facts + "hvd_openmpi.fact", json.dumps({"impl": "openmpi", "source": "source", "version": "4.1.6",
                                                          "mpirun": "/usr/local/bin/mpirun", "details": []}))
@@ -178,7 +180,7 @@ def test_every_key_is_there_with_what_the_node_holds(node: Path) -> None:
         "env.python": "/usr/bin/python3.11 3.11.2", "env.key": "envkey123",
         "env.lock": hashlib.sha256(b"filelock==3.13.1 --hash=sha256:aa\n").hexdigest(), "env.files": "ok",
         "horovod.version": "0.28.1", "horovod.key": "hvdkey456", "horovod.checked": "hvdkey456",
-        "mesh.authorized": True,
+        "mesh.authorized": True, "base.fabric_interface": "ib0",
     }
     assert {key: state[key] for key in expected} == expected
     assert state["mesh.ssh_config"] == "Host n1 n2\n    IdentityFile ~/.ssh/hvd_lab"  # small blocks: as text

@@ -13,16 +13,17 @@ from ..errors import HvdError
 from .common import EXIT_FAILED, EXIT_OK, existing_inventory
 
 
-def _launch_gate(args: argparse.Namespace, cluster: spec.ClusterSpec, root: Path) -> int | None:
+def _launch_gate(args: argparse.Namespace, cluster: spec.ClusterSpec, root: Path) -> dict | int:
     """Refuse a launch across nodes that differ in what every rank must share (the env, the Horovod build, MPI,
-    NCCL) or that cannot be read: exit 1 naming the odd node and item. None: launch."""
+    NCCL) or that cannot be read: exit 1 naming the odd node and item. Else each node's state, as read: the launch
+    takes the GPU counts and the fabric interface from it (one read of the nodes, not two)."""
     from .. import drift, nodestate
 
     with lock.hold(root, "run"):
         reading = nodestate.read(root, hosts=[h.name for h in cluster.hosts])
     problems = [f"{node}: {why}" for node, why in reading.unreachable.items()] + drift.gate(reading.found)
     if not problems:
-        return None
+        return reading.found
     print("hvdcluster: not launching: the nodes differ in what every rank must share "
           "(run `hvdcluster check` for the whole report, `hvdcluster up` to repair, or --no-gate to launch anyway):",
           file=sys.stderr)
@@ -68,13 +69,17 @@ def cmd_run(args: argparse.Namespace) -> int:
                   "job starts (shown as 1; write `slots:` in hosts.yaml to fix them)", file=sys.stderr)
         print(shlex.join(plan.argv()))
         return EXIT_OK
-    # The look-ups on the nodes, once everything else is known to be right.
-    if not args.no_gate:
-        refused = _launch_gate(args, cluster, root)
-        if refused is not None:
-            return refused
-    gpus = launch.gpu_counts(inv, open_slots) if open_slots else {}
-    if nic is None:
-        nic = launch.fabric_interface(inv, next(iter(inv.hosts)))
+    # The look-ups on the nodes, once everything else is known to be right: the gate's read of every node, or
+    # (--no-gate) one SSH read of the facts the roles recorded.
+    found = {} if args.no_gate else _launch_gate(args, cluster, root)
+    if isinstance(found, int):
+        return found
+    first = next(iter(inv.hosts))
+    if found:
+        gpus = launch.counts_read(found, open_slots)
+        nic = nic or launch.interface_read(found, first)
+    else:
+        gpus = launch.gpu_counts(inv, open_slots) if open_slots else {}
+        nic = nic or launch.fabric_interface(inv, first)
     plan = launch.build(inv, command, np=args.np, controller=args.controller, network_interface=nic, gpus=gpus)
     return subprocess.run(plan.argv()).returncode
