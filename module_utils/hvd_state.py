@@ -18,7 +18,7 @@ import stat
 
 from ansible.module_utils.hvd_files import (MANIFEST, add_stamped, manifest_entry_differs, read_manifest, sha256_of,
                                             walk_tree)
-from ansible.module_utils.hvd_kernel import guard_item, module_guard
+from ansible.module_utils.hvd_kernel import guard_item, module_guard, uu_blacklist, uu_blacklisted
 
 ABSENT = "absent"
 DEBIAN_SSH_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games"  # what sshd gives a command on Debian
@@ -148,9 +148,11 @@ def dpkg_status(root: str) -> list[tuple[str, str, str, bool, bool]]:
 
 
 def packages_state(root: str, names: list[str]) -> dict:
-    """``pkg.<name>`` (installed version, versions comma-joined when several architectures differ, or "absent")
-    and ``pkg.<name>.hold`` for every package in ``names`` and every package held; ``name:arch`` picks one
+    """``pkg.<name>`` (installed version, versions comma-joined when several architectures differ, or "absent"),
+    ``pkg.<name>.hold`` and ``pkg.<name>.guard`` (unattended-upgrades' Package-Blacklist names it: the roles write
+    one entry per package they hold) for every package in ``names`` and every package held; ``name:arch`` picks one
     architecture."""
+    patterns = uu_blacklist(root)
     versions: dict[str, set] = {}
     holds: dict[str, bool] = {}
     for package, arch, version, installed, held in dpkg_status(root):
@@ -164,6 +166,7 @@ def packages_state(root: str, names: list[str]) -> dict:
     for name in wanted:
         out[f"pkg.{name}"] = ",".join(sorted(versions.get(name, ()))) or ABSENT
         out[f"pkg.{name}.hold"] = holds.get(name, False)
+        out[f"pkg.{name}.guard"] = uu_blacklisted(name.split(":", 1)[0], patterns)
     return out
 
 

@@ -98,8 +98,8 @@ def owner(item: str) -> str:
     """The role that repairs ``item``; ``""`` when no role does (the OS: the operator fixes it by hand)."""
     if item.startswith("pkg."):
         name = item[len("pkg."):]
-        if name.endswith(".hold"):
-            name = name[: -len(".hold")]
+        for suffix in (".hold", ".guard"):
+            name = name.removesuffix(suffix)
         for prefixes, role in _PKG_OWNERS:
             if name.startswith(prefixes):
                 return role

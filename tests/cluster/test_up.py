@@ -109,6 +109,8 @@ DRIFTS = {
                             "DEBIAN_FRONTEND=noninteractive apt-get remove -y -q openmpi-bin >/dev/null",
                             "pkg.openmpi-bin", "hvd_openmpi"),
     "held-package-unheld": ("apt-mark unhold openmpi-bin", "pkg.openmpi-bin.hold", "hvd_openmpi"),
+    "unattended-guard-removed": ("rm /etc/apt/apt.conf.d/51hvdcluster-hvd_openmpi", "pkg.openmpi-bin.guard",
+                                 "hvd_openmpi"),
     "cluster-key-unauthorized": (f"sed -i '/hvdcluster@ct3/d' /home/{SUDO_USER}/.ssh/authorized_keys",
                                  "mesh.authorized", "hvd_ssh_mesh"),
     "known-hosts-wiped": ("sed -i '/hvdcluster ct3/,/hvdcluster ct3/d' /etc/ssh/ssh_known_hosts; "
@@ -174,8 +176,8 @@ with zipfile.ZipFile(sys.argv[1] + "/horovod-0.28.1-py3-none-any.whl", "w") as w
 ROUNDS = [
     ("env-file-deleted", "env-distribution-added", "env-package-version", "horovod-uninstalled",
      "mpi-package-removed", "cluster-key-unauthorized", "known-hosts-wiped", "hosts-block-edited"),
-    ("env-file-edited", "horovod-replaced", "held-package-unheld", "ssh-config-block-edited", "ca-bundle-removed",
-     "hosts-block-wrong-ip"),
+    ("env-file-edited", "horovod-replaced", "held-package-unheld", "unattended-guard-removed",
+     "ssh-config-block-edited", "ca-bundle-removed", "hosts-block-wrong-ip"),
     ("env-module-pth-sitecustomize-byte-cache-pyvenv",),
     ("env-manifest-vouches-for-an-addition",),
     ("node-reinstalled",),

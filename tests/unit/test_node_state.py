@@ -67,7 +67,7 @@ m1 ssh-ed25519 AAAAm1
 """
 
 EVERY_KEY = {
-    "os.release", "os.kernel", "pkg.openmpi-bin", "pkg.openmpi-bin.hold", "driver.installed", "driver.loaded",
+    "os.release", "os.kernel", "pkg.openmpi-bin", "pkg.openmpi-bin.hold", "pkg.openmpi-bin.guard", "driver.installed", "driver.loaded",
     "gpu.count", "cuda.version", "cuda.home", "cudnn.version", "cudnn.home", "nccl.version", "nccl.home",
     "nccl.header", "mpi.path", "mpi.version", "env.python", "env.key", "env.lock", "env.files", "env.manifest",
     "os.machine-id", "horovod.version",
@@ -219,6 +219,21 @@ def test_held_unheld_and_removed_packages(node: Path) -> None:
     assert state["pkg.not-there"] == "absent" and state["pkg.not-there.hold"] is False
     # held packages show although not asked for
     assert state["pkg.linux-image-amd64"] == "6.1.76-1" and state["pkg.linux-image-amd64.hold"] is True
+
+
+def test_a_package_unattended_upgrades_may_move_reads_unguarded(node: Path) -> None:
+    """pkg.<name>.guard: an entry of unattended-upgrades' Package-Blacklist matches the name from its start (the file
+    hvd_base's `unattended` entry point writes: exact names, '+' in brackets), in any apt.conf.d file."""
+    write(node, "/etc/apt/apt.conf.d/51hvdcluster-hvd_nvidia_driver",
+          '// Managed by hvdcluster\nUnattended-Upgrade::Package-Blacklist {\n    "nvidia-driver$";\n'
+          '    "g[+][+]-11$";\n};\n')
+    write(node, "/etc/apt/apt.conf.d/50unattended-upgrades", 'Unattended-Upgrade::Package-Blacklist { "linux-"; };\n')
+    state = look(node, packages=["openmpi-bin", "nvidia-driver", "g++-11", "nvidia-driver-bin"])
+    assert state["pkg.nvidia-driver.guard"] is True and state["pkg.g++-11.guard"] is True
+    assert state["pkg.linux-image-amd64.guard"] is True  # a prefix entry covers the family
+    assert state["pkg.openmpi-bin.guard"] is False and state["pkg.nvidia-driver-bin.guard"] is False
+    (node / "etc/apt/apt.conf.d/51hvdcluster-hvd_nvidia_driver").unlink()
+    assert look(node, packages=["nvidia-driver"])["pkg.nvidia-driver.guard"] is False
 
 
 def test_unholding_and_removing_show(node: Path) -> None:
