@@ -16,42 +16,21 @@ import hashlib
 import json
 import re
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.cluster.conftest import Cli, run_events, task_outcomes
-from tests.lab import IMAGE, LABEL, Lab, docker
+from tests.lab import Gapped, Lab, docker
 
 pytestmark = pytest.mark.containers
 
 NAME = "gap"
 INTERNAL = f"hvdc-{NAME}-internal"
-OUTSIDE = f"hvdc-{NAME}"
-BASTION = f"hvdc-{NAME}-bastion"
 NODES = [f"hvdc-{NAME}-node{i}" for i in (1, 2)]
 STACK = {"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]}}
 REMOTE_FETCH = re.compile(r"\b(?:Get|Hit|Ign|Err):\d+ (?:https?|ftp)://")  # apt's fetch lines from a remote source
-
-
-def down() -> None:
-    ids = docker("ps", "-aq", "--filter", f"label={LABEL}={NAME}").split()
-    if ids:
-        docker("rm", "-f", *ids)
-    for network in (INTERNAL, OUTSIDE):
-        docker("network", "rm", network, check=False)
-
-
-def wait_for_sshd(container: str) -> None:
-    for _ in range(200):
-        probe = subprocess.run(["docker", "exec", container, "sh", "-c",
-                                "test -s /etc/ssh/ssh_host_ed25519_key.pub && pgrep -x sshd"], capture_output=True)
-        if probe.returncode == 0:
-            return
-        time.sleep(0.3)
-    raise RuntimeError(f"{container}: sshd did not start")
 
 
 def in_node(container: str, script: str) -> subprocess.CompletedProcess[str]:
@@ -76,37 +55,15 @@ def made(installed: Path, node_image: str, tmp_path_factory: pytest.TempPathFact
 def gapped(installed: Path, made: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Two bare nodes with no route out, a bastion, and a hosts.yaml whose only source is the bundle, trusted through
     its signer (allowed_signers); hosts-unpinned.yaml names neither a pin nor a signer."""
-    down()
-    work = tmp_path_factory.mktemp(NAME)
-    key = work / "controller_key"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    pub = key.with_suffix(".pub").read_text().strip()
-    docker("network", "create", "--label", f"{LABEL}={NAME}", "--internal", INTERNAL)
-    docker("network", "create", "--label", f"{LABEL}={NAME}", OUTSIDE)
-    for node in NODES:
-        docker("run", "-d", "--name", node, "--hostname", node.rsplit("-", 1)[1], "--label", f"{LABEL}={NAME}",
-               "--network", INTERNAL, "--shm-size", "512m", "-e", f"SSH_AUTHORIZED_KEY={pub}", IMAGE)
-    docker("run", "-d", "--name", BASTION, "--hostname", "bastion", "--label", f"{LABEL}={NAME}",
-           "--network", OUTSIDE, "-p", "127.0.0.1::22", "-e", f"SSH_AUTHORIZED_KEY={pub}", IMAGE)
-    docker("network", "connect", INTERNAL, BASTION)
-    for container in [BASTION, *NODES]:
-        wait_for_sshd(container)
-    port = int(docker("port", BASTION, "22/tcp").splitlines()[0].rsplit(":", 1)[1])
-    host_key = " ".join(docker("exec", BASTION, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").split()[:2])
-    hosts = [f"  - {{name: node{i}, address: {node}, slots: 1}}" for i, node in enumerate(NODES, 1)]
+    site = Gapped(NAME, 2, tmp_path_factory.mktemp(NAME))
+    site.up()
+    assert site.containers == NODES and site.internal == INTERNAL
     signer = " ".join(made["key"].with_suffix(".pub").read_text().split()[:2])
-    (work / "allowed_signers").write_text(f"builder@lab {signer}\n")
-    for name, trust in (("hosts.yaml", ", bundle_signers: allowed_signers"), ("hosts-unpinned.yaml", "")):
-        (work / name).write_text("\n".join([
-            f"cluster: {NAME}",
-            "ssh:",
-            f"  identity: {key.name}",
-            f"  proxy_jump: {{host: 127.0.0.1, port: {port}, host_key: '{host_key}'}}",
-            "hosts:", *hosts,
-            f"stack: {json.dumps(STACK)}",
-            f"network: {{bundle: '{made['dir']}'{trust}}}", ""]))
-    yield work
-    down()
+    (site.workdir / "allowed_signers").write_text(f"builder@lab {signer}\n")
+    site.hosts_yaml("hosts.yaml", STACK, {"bundle": str(made["dir"]), "bundle_signers": "allowed_signers"})
+    site.hosts_yaml("hosts-unpinned.yaml", STACK, {"bundle": str(made["dir"])})
+    yield site.workdir
+    site.down()
 
 
 def test_the_bundle_lists_every_file_with_its_sha256_size_and_why(made: dict) -> None:

@@ -5,11 +5,13 @@ local channel (built offline from Debian's CPython source tarball by tests/conda
 `up` solves and locks the env with rattler on one node, adds the pip packages, checks it with conda-pack, packs it,
 fans it out, builds Horovod against the conda Python and proves the allreduce; the envs are byte-identical, `run`
 starts every rank in the env (CONDA_PREFIX), and a conda package taken out of one node is named by `check` and put
-back by `up`.
+back by `up`. Last, the cluster's bundle (less its packed env) converges a bare node with no route out: the env is
+solved again there from the bundle's own conda channel, the only one it has.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections import Counter
@@ -17,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import SUDO_USER, Cli
+from tests.cluster.conftest import SUDO_USER, Cli, task_outcomes
 from tests.conda_channel import build as build_channel
-from tests.lab import Lab
+from tests.lab import Gapped, Lab
 
 pytestmark = pytest.mark.containers
 
@@ -34,6 +36,7 @@ dependencies:
   - pip:
       - torch==2.13.0
 """
+STACK = {"python": {"manager": "conda", "environment_file": "environment.yml"}, "horovod": {"frameworks": ["pytorch"]}}
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +44,7 @@ def lab(node_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
     channel = build_channel()
     work = tmp_path_factory.mktemp("cda")
     (work / "environment.yml").write_text(ENVIRONMENT)
-    stack = {"python": {"manager": "conda", "environment_file": "environment.yml"},
-             "horovod": {"frameworks": ["pytorch"]}}
-    lab = Lab("cda", 2, work, slots=2, stack=stack, user=SUDO_USER, network={"conda_channel": str(channel)})
+    lab = Lab("cda", 2, work, slots=2, stack=STACK, user=SUDO_USER, network={"conda_channel": str(channel)})
     lab.up()
     yield lab
     lab.down()
@@ -128,3 +129,56 @@ def test_a_second_up_changes_nothing(converged: Cli) -> None:
     rc, doc, err = converged.up_json()
     assert rc == 0, err[-4000:]
     assert all(host["changed"] == 0 for host in doc["hosts"].values()), doc["hosts"]
+
+
+def conda_records(run) -> list[str]:
+    """The env's conda packages as their records name them (name-version-build)."""
+    proc = run(f"ls {PREFIX}/conda-meta")
+    assert proc.returncode == 0, proc.stderr
+    return sorted(name.removesuffix(".json") for name in proc.stdout.split() if name.endswith(".json"))
+
+
+def test_the_bundle_less_its_packed_env_converges_a_node_with_no_route_out_from_its_own_conda_channel(
+        installed: Path, converged: Cli, lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`bundle` gathers the lock's packages into conda/ (an indexed channel). The packed env is taken out of the
+    bundle (its manifest written again and pinned), so a bare node on an --internal network, with an empty controller
+    cache, must solve and install the env again from that channel alone, and pip from the bundle's pypi/."""
+    from hvdcluster.bundle import manifest_lib
+
+    out = lab.workdir / "bundle"
+    made = converged("bundle", "hosts.yaml", "-o", str(out), "--json")
+    assert made.returncode == 0, (made.stdout + made.stderr)[-6000:]
+    lib = manifest_lib()
+    manifest = lib.load(str(out))
+    channel = sorted(e["path"] for e in manifest["entries"] if e["path"].startswith("conda/"))
+    names = sorted(re.sub(r"-[^-]+-[^-]+\.conda$", "", p.rsplit("/", 1)[1]) for p in channel if p.endswith(".conda"))
+    assert names == ["hvd-probe", "pip", "python"], channel  # the lock's three, no more
+    assert sum(p.endswith("/repodata.json") for p in channel) >= 1, channel
+    for entry in manifest["entries"]:
+        if entry["path"].startswith("cache/envs/"):
+            (out / entry["path"]).unlink()
+    (out / "manifest.yaml").write_text(lib.dump([e for e in manifest["entries"]
+                                                 if not e["path"].startswith("cache/envs/")], manifest["made"]))
+    pin = hashlib.sha256((out / "manifest.yaml").read_bytes()).hexdigest()
+
+    site = Gapped("cdagap", 1, tmp_path_factory.mktemp("cdagap"))
+    site.up()
+    try:
+        (site.workdir / "environment.yml").write_text(ENVIRONMENT)
+        site.hosts_yaml("hosts.yaml", STACK, {"bundle": str(out), "bundle_sha256": pin}, slots=2)
+        cache = site.workdir / "empty-cache"
+        rc, doc, err = Cli(installed, site.workdir).up_json(env={"HVDCLUSTER_CACHE": str(cache)})
+        assert rc == 0, err[-8000:]
+        assert doc["converged"] == ["node1"], doc
+        tasks = task_outcomes(doc["log"])
+        assert tasks.get("Solve, lock and install the conda packages with rattler") == {"ok"}, sorted(tasks)
+        assert tasks.get("Check every rank's sum") == {"ok"}, tasks
+        lock = site.sh(1, f"cat {PREFIX}/hvd-conda.lock").stdout.splitlines()
+        assert lock[1] == "@EXPLICIT" and len(lock) == 5, lock
+        assert all(line.startswith("file:///") and str(build_channel()) not in line for line in lock[2:]), lock
+        assert conda_records(lambda script: site.sh(1, script)) == \
+            conda_records(lambda script: lab.exec(1, "sh", "-c", script))
+        check = Cli(installed, site.workdir)("check", "hosts.yaml", "--json", env={"HVDCLUSTER_CACHE": str(cache)})
+        assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
+    finally:
+        site.down()
