@@ -30,6 +30,7 @@ import subprocess
 import tarfile
 
 import yaml
+from ansible.module_utils.hvd_files import sha256_of
 
 MANIFEST = "manifest.yaml"
 SIGNATURE = MANIFEST + ".sig"
@@ -44,14 +45,6 @@ CACHE_ROLES = {"envs": "hvd_pyenv", "horovod": "hvd_horovod"}
 
 class BundleError(Exception):
     """A bundle that cannot be used: the message names the file."""
-
-
-def sha256_of(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(BLOCK), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def role_of(relpath: str) -> str:

@@ -8,7 +8,6 @@ playbook judge a bundle alike.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -17,7 +16,6 @@ import tarfile
 import tempfile
 import time
 import urllib.request
-from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -32,14 +30,9 @@ WHEELHOUSE_PATTERNS = (".whl", ".tar.gz", ".zip")  # what hvd_pyenv offers from 
 MARKER = ".hvdcluster-bundle"
 
 
-@cache
 def manifest_lib() -> ModuleType:
-    """module_utils/hvd_bundle.py, loaded as a plain module (it imports nothing of Ansible's)."""
-    path = paths.ansible_home() / "module_utils" / "hvd_bundle.py"
-    found = importlib.util.spec_from_file_location("hvdcluster._hvd_bundle", path)
-    module = importlib.util.module_from_spec(found)
-    found.loader.exec_module(module)
-    return module
+    """module_utils/hvd_bundle.py: the manifest's reader, shared with the hvd_bundle module."""
+    return paths.module_utils("hvd_bundle")
 
 
 def load(folder: str | os.PathLike[str]) -> dict:
