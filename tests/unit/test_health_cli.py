@@ -14,6 +14,7 @@ import json
 import os
 import shlex
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -338,3 +339,19 @@ def test_warnings_are_printed_and_exit_0_an_unreachable_node_exits_1(hosts: Path
     out = capsys.readouterr().out
     assert "unreachable: gpu02\n  gpu02: unreachable: no route to host" in out
     assert "1 unreachable" in out.splitlines()[-1]
+
+
+def test_read_runs_health_yml_in_check_mode_and_collects_each_nodes_reading(tmp_path: Path) -> None:
+    """playbooks/health.yml really run through ansible-runner, on this machine over a local connection (no SSH):
+    the module's reading comes back from the events, without dcgmi under --quick, and a node never answering is
+    named."""
+    inv = tmp_path / "lab"
+    inv.mkdir()
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    (inv / "hosts.yml").write_text(json.dumps({"all": {"children": {"hvd_nodes": {"hosts": {"node1": local}}}}}))
+    got = health.read(inv, hosts=["node1", "node2"], quick=True)
+    assert set(got.found) == {"node1"}, (got.unreachable, Path(got.log).read_text()[-3000:])
+    assert got.found["node1"]["dcgm_diag_error"] == "skipped (--quick)" and isinstance(got.found["node1"]["pci"], list)
+    assert got.unreachable == {"node2": f"no answer (ansible-playbook rc 0; see {got.log})"}
+    argv = json.loads((Path(got.log).parent / "command").read_text())["command"]
+    assert "--check" in argv
