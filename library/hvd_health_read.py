@@ -38,8 +38,8 @@ description:
   - C(ib) - the ports under /sys/class/infiniband (module_utils/hvd_health.py parse_ib_sysfs); null without that
     folder (no RDMA driver loaded).
   - C(modules) - the loaded kernel modules whose name starts with nvidia (/proc/modules).
-  - C(pci) - the NVIDIA PCI functions (/sys/bus/pci/devices/*/vendor 0x10de), each C(address), C(class), C(device):
-    class 0x0300xx or 0x0302xx is a GPU, 0x068000 an NVSwitch.
+  - C(pci) - the NVIDIA PCI functions (/sys/bus/pci/devices/*/vendor 0x10de), each with C(address), C(class) and
+    C(device); class 0x0300xx or 0x0302xx is a GPU, 0x068000 an NVSwitch.
   - Runs as the login user, without sudo; reads only; supports check mode.
 options:
   quick:
@@ -150,10 +150,18 @@ def loaded_modules(root: str) -> tuple[Optional[list[str]], str]:
     return sorted(name for name in names if name.startswith("nvidia")), ""
 
 
+def _user() -> str:
+    """The login user's name (its uid where the passwd database has no entry, as in some containers)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
 def read_health(root: str, path: str, quick: bool, timeout: float) -> dict[str, Any]:
     """Everything ``hvdcluster health`` judges a node by (see DOCUMENTATION)."""
     search = os.pathsep.join(part for part in (path, os.environ.get("PATH", "")) if part)
-    reading: dict[str, Any] = {"user": getpass.getuser()}
+    reading: dict[str, Any] = {"user": _user()}
 
     def tool(key: str, argv: list[str], seconds: float = timeout) -> None:
         reading[key], reading[f"{key}_error"] = run_tool(argv, search, seconds)

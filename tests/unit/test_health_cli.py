@@ -256,6 +256,19 @@ def test_the_module_on_a_bare_root_reads_a_cpu_node(tmp_path: Path) -> None:
     assert health.notes(got)[0].startswith("no NVIDIA device")
 
 
+def test_the_modules_documentation_is_yaml_that_names_every_option() -> None:
+    """What ansible-doc shows (several older modules' DOCUMENTATION does not parse: this one must)."""
+    import ast
+
+    import yaml
+
+    tree = ast.parse((ROOT / "library" / "hvd_health_read.py").read_text())
+    docs = {node.targets[0].id: yaml.safe_load(node.value.value) for node in tree.body if isinstance(node, ast.Assign)
+            and getattr(node.targets[0], "id", "") in ("DOCUMENTATION", "EXAMPLES", "RETURN")}
+    assert set(docs["DOCUMENTATION"]["options"]) == {"quick", "timeout", "path", "root"}
+    assert docs["EXAMPLES"][0]["hvd_health_read"] == {"quick": True} and "reading" in docs["RETURN"]
+
+
 # ------------------------------------------------------------------------------------------ the command
 
 
