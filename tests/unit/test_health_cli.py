@@ -14,6 +14,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -354,7 +355,18 @@ def test_warnings_are_printed_and_exit_0_an_unreachable_node_exits_1(hosts: Path
     assert "1 unreachable" in out.splitlines()[-1]
 
 
-def test_read_runs_health_yml_in_check_mode_and_collects_each_nodes_reading(tmp_path: Path) -> None:
+@pytest.fixture
+def signal_handlers_kept() -> object:
+    """ansible_runner.run leaves its own SIGTERM and SIGINT handlers installed in the calling process: a fork-started
+    worker of a later test (test_modules' lease race) would then ignore its pool's SIGTERM and hang the session."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def test_read_runs_health_yml_in_check_mode_and_collects_each_nodes_reading(tmp_path: Path,
+                                                                              signal_handlers_kept: object) -> None:
     """playbooks/health.yml really run through ansible-runner, on this machine over a local connection (no SSH):
     the module's reading comes back from the events, without dcgmi under --quick, and a node never answering is
     named."""
