@@ -44,6 +44,8 @@ SOURCES = {
     "busbw_large": "https://github.com/NVIDIA/nccl-tests/issues/212 ('256M is too small to reach peak')",
     "nccl_net": "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html",
     "dcgm_diag": "https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html",
+    "peermem": "https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/1.9.1/gpu-operator-rdma.html"
+               " (nvidia-peermem: GPUDirect RDMA for InfiniBand HCAs, in the driver since R470)",
 }
 
 
@@ -874,6 +876,22 @@ def check_nccl_transport(nccl: dict[str, Any], ib: dict[str, list]) -> list[dict
                      f"NET/IB over the Active ports ({names})",
                      "make /dev/infiniband and libibverbs visible to the job (containers: --device /dev/infiniband); "
                      "unset NCCL_IB_DISABLE; check NCCL_IB_HCA names these ports", SOURCES["nccl_net"])]
+
+
+def check_peermem(ib: dict[str, list], modules: Iterable[str], gpus: int) -> list[dict[str, str]]:
+    """GPUs and an Active InfiniBand port but no nvidia_peermem loaded: no GPUDirect RDMA through it.
+
+    A warning, not a failure: NCCL then stages through host memory (slower), or uses DMA-BUF where the open kernel
+    modules and a recent kernel offer it. ``modules``: the names /proc/modules lists.
+    """
+    active = [port for port in ib.get("ports") or []
+              if port["link_layer"] == "InfiniBand" and port["state"] == "Active"]
+    if not gpus or not active or "nvidia_peermem" in set(modules):
+        return []
+    names = ", ".join(f"{port['ca']}/{port['port']}" for port in active)
+    return [_finding("gpu.peermem", WARN, f"nvidia_peermem not loaded ({gpus} GPUs, Active ports {names})",
+                     "nvidia_peermem loaded", "modprobe nvidia-peermem, and load it at boot "
+                     "(echo nvidia-peermem > /etc/modules-load.d/nvidia-peermem.conf)", SOURCES["peermem"])]
 
 
 def check_fabricmanager(fm: dict[str, Any], driver_version: Optional[str] = None) -> list[dict[str, str]]:

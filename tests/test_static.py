@@ -17,6 +17,8 @@ ROLES = sorted(p for p in (ROOT / "roles").iterdir() if p.is_dir())
 SHARED_ROLES = {"hvd_gpu_component", "hvd_fanout"}
 # Roles with a playbook of their own that is not a converge step (site.yml does not import it).
 OUTSIDE_SITE = {"hvd_bundle"}  # hvdcluster bundle: gathers an offline bundle on one connected node
+# Playbooks of no role that only read the nodes for a command of their own: no converge step either.
+READ_ONLY_OUTSIDE_SITE = {"health.yml"}  # hvdcluster health (library/hvd_health_read.py)
 PLAYBOOKS = sorted((ROOT / "playbooks").glob("*.yml"))
 
 
@@ -71,6 +73,21 @@ def test_role_has_its_own_playbook_tagged_with_its_name(role: Path) -> None:
     assert {"role": role.name, "tags": [role.name]} in plays[0]["roles"]
     site = (ROOT / "playbooks" / "site.yml").read_text()
     assert (f"import_playbook: {playbook.name}" in site) != (role.name in OUTSIDE_SITE)
+
+
+def test_every_playbook_is_a_converge_step_or_named_outside_it() -> None:
+    site = yaml.safe_load((ROOT / "playbooks" / "site.yml").read_text())
+    steps = {entry["ansible.builtin.import_playbook"] for entry in site}
+    outside = {role.removeprefix("hvd_") + ".yml" for role in OUTSIDE_SITE} | READ_ONLY_OUTSIDE_SITE
+    assert not steps & outside
+    assert {p.name for p in PLAYBOOKS} == steps | outside | {"site.yml"}
+
+
+@pytest.mark.parametrize("name", sorted(READ_ONLY_OUTSIDE_SITE))
+def test_a_read_only_playbook_runs_no_role_and_no_sudo_under_its_own_tag(name: str) -> None:
+    for play in yaml.safe_load((ROOT / "playbooks" / name).read_text()):
+        assert play["become"] is False and "roles" not in play
+        assert play["tags"] == ["hvd_" + name.removesuffix(".yml")]
 
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)

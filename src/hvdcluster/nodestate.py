@@ -39,10 +39,11 @@ class Reading:
     looks: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> the host look, when one was asked for
 
 
-def collect(events: Iterable[dict], looks: dict[str, dict[str, Any]] | None = None
-            ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+def collect(events: Iterable[dict], looks: dict[str, dict[str, Any]] | None = None, task: str = STATE_TASK,
+            key: str = "state") -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """Each node's state from a state.yml run's events, and the nodes that gave none (with why); ``looks``, when
-    given, receives each node's host look."""
+    given, receives each node's host look. ``task`` and ``key``: another read-only playbook's task and the result
+    key its module answers in (health.yml's ``reading``)."""
     found: dict[str, dict[str, Any]] = {}
     missing: dict[str, str] = {}
     for event in events:
@@ -53,14 +54,14 @@ def collect(events: Iterable[dict], looks: dict[str, dict[str, Any]] | None = No
         kind = event.get("event", "")
         if kind == "runner_on_unreachable":
             missing[host] = f"unreachable: {str((data.get('res') or {}).get('msg', '')).strip()[:300]}"
-        elif data.get("task") == STATE_TASK and kind == "runner_on_ok":
-            state = (data.get("res") or {}).get("state")
+        elif data.get("task") == task and kind == "runner_on_ok":
+            state = (data.get("res") or {}).get(key)
             if isinstance(state, dict):
                 found[host] = state
             look = (data.get("res") or {}).get("host")
             if looks is not None and isinstance(look, dict):
                 looks[host] = look
-        elif data.get("task") == STATE_TASK and kind == "runner_on_failed":
+        elif data.get("task") == task and kind == "runner_on_failed":
             missing[host] = f"failed: {str((data.get('res') or {}).get('msg', '')).strip()[:300]}"
     for host in found:
         missing.pop(host, None)

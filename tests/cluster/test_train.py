@@ -8,6 +8,7 @@ hvd.DistributedOptimizer: 4 ranks, 2 per node, identical parameters at the end.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -87,6 +88,19 @@ def test_run_print_shows_the_horovodrun_command_without_running_it(converged) ->
     assert "/opt/hvd/env/bin/horovodrun -np 2 -H node1:2,node2:2 --gloo" in proc.stdout
     assert "/opt/hvd/env/bin/python /srv/job/train.py" in proc.stdout
     assert "train rank=" not in proc.stdout
+
+
+def test_health_finds_both_cpu_nodes_healthy_and_limit_reads_one(converged) -> None:
+    """No NVIDIA device in the lab: both nodes healthy, each with the note that the GPU checks were skipped."""
+    proc = converged("health", "hosts.yaml", "--json")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    doc = json.loads(proc.stdout)
+    assert sorted(doc["nodes"]) == ["node1", "node2"] and doc["unreachable"] == {}, doc
+    for node in doc["nodes"].values():
+        assert node["healthy"] and any(note.startswith("no NVIDIA device") for note in node["notes"]), node
+    proc = converged("health", "hosts.yaml", "--json", "--limit", "node1")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert list(json.loads(proc.stdout)["nodes"]) == ["node1"]
 
 
 ALLREDUCE = "Allreduce over every slot of every node"

@@ -437,6 +437,15 @@ def test_socket_transport_beside_an_active_ib_port_is_a_failure() -> None:
                                        health.parse_ibstat(read(IB_PORT_DOWN))) == []
 
 
+def test_gpus_beside_an_active_ib_port_without_nvidia_peermem_is_a_warning() -> None:
+    ib = health.parse_ibstat(read(IB_NDR))
+    finding, = health.check_peermem(ib, ["nvidia", "nvidia_uvm"], 8)
+    assert (finding["item"], finding["severity"]) == ("gpu.peermem", "warn") and "mlx5_0/1" in finding["found"]
+    assert health.check_peermem(ib, ["nvidia", "nvidia_peermem"], 8) == []
+    assert health.check_peermem(ib, [], 0) == []  # no GPU
+    assert health.check_peermem(health.parse_ibstat(read(IB_ROCE)), [], 8) == []  # Ethernet ports only
+
+
 def test_fabric_manager_version_must_equal_the_driver() -> None:
     for name, fm, driver in [(FM_SYSTEMCTL, "550.127.05", "550.120"), (FM_JOURNAL, "530.30.02", "530.41.03")]:
         finding, = health.check_fabricmanager(health.parse_fabricmanager_log(read(name)))

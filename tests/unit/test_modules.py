@@ -117,13 +117,13 @@ def test_a_damaged_cache_entry_is_found_and_named(tmp_path: Path, damage: str) -
     assert not result["valid"] and str(final) in result["reason"]
 
 
-def run_module(name: str, args: dict, check: bool = False) -> dict:
-    """Run a module the way Ansible does: its file with the arguments as JSON on stdin."""
+def run_module(name: str, args: dict, check: bool = False, env: dict | None = None) -> dict:
+    """Run a module the way Ansible does: its file with the arguments as JSON on stdin (``env``: its environment)."""
     payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check}}
     boot = ("import sys, runpy, ansible.module_utils as u; u.__path__.append(sys.argv[1]); "
             "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')")
     proc = subprocess.run([sys.executable, "-c", boot, str(ROOT / "module_utils"), str(ROOT / "library" / f"{name}.py")],
-                          input=json.dumps(payload), capture_output=True, text=True)
+                          input=json.dumps(payload), capture_output=True, text=True, env=env)
     return json.loads(proc.stdout)
 
 

@@ -4,8 +4,8 @@ Every argument is checked before anything runs or is written: a bad ``-o``, ``--
 ``-np`` is one line naming the argument and exit code 2, like a mistake in hosts.yaml.
 
 One module per command (:mod:`.init`, :mod:`.plan` with ``inventory``, :mod:`.up`, :mod:`.bundle`, :mod:`.check`,
-:mod:`.run`, ``preflight`` in :mod:`.runs`); what they share in :mod:`.common` (arguments, loading) and
-:mod:`.runs` (a playbook run and its summary); what `up` repairs in :mod:`.repair`, plain functions.
+:mod:`.health`, :mod:`.run`, ``preflight`` in :mod:`.runs`); what they share in :mod:`.common` (arguments, loading)
+and :mod:`.runs` (a playbook run and its summary); what `up` repairs in :mod:`.repair`, plain functions.
 """
 
 from __future__ import annotations

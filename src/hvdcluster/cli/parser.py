@@ -7,6 +7,7 @@ import argparse
 from .. import __version__
 from .bundle import cmd_bundle
 from .check import cmd_check
+from .health import cmd_health
 from .init import cmd_init
 from .plan import cmd_inventory, cmd_plan
 from .run import cmd_run
@@ -89,6 +90,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="hash every file of the env too (sha256), not only its size and time: slower, and sees an "
                    "edit that kept both")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("health", help="judge every node's GPUs, NVLink, kernel log, InfiniBand and Fabric Manager "
+                       "(read-only)",
+                       description="Reads every node in one read-only module call (check mode, no sudo): nvidia-smi -q "
+                       "and nvlink -s, the kernel log's Xid and SXid events, the InfiniBand ports, the loaded nvidia "
+                       "modules, the NVIDIA PCI devices, Fabric Manager and dcgmi diag -r 1; judges them against the "
+                       "thresholds and meanings of module_utils/hvd_health.py, each finding naming its source. "
+                       "Exit code 0 healthy, 1 a failure or a node not read, 2 bad input. Warnings are printed but "
+                       "leave the exit code 0.")
+    read_only(p)
+    depth = p.add_mutually_exclusive_group()
+    depth.add_argument("--quick", action="store_true", help="leave dcgmi diag -r 1 out (the slowest read)")
+    depth.add_argument("--full", action="store_true",
+                       help="not yet: the bandwidth gate (nccl-tests all_reduce_perf) is not built; exits 2")
+    p.set_defaults(func=cmd_health)
 
     p = sub.add_parser("preflight", help="run the read-only pre-flight checks on every node and report",
                        description="Probes every node and reports each finding (host, check, found, expected, "

@@ -1,0 +1,244 @@
+"""Node health on the controller: reading every node (playbooks/health.yml) and judging what it read.
+
+- ``read(root, limit, hosts, quick)`` runs playbooks/health.yml in check mode (one read-only module call per node,
+  library/hvd_health_read.py, as the login user) and collects each node's reading from the run's events.
+- ``judge(node, reading, expected_gpus)`` applies module_utils/hvd_health.py's rules to one reading; every finding
+  keeps that module's shape ``{item, severity, found, expected, fix, source}`` plus ``node``. ``notes`` names what
+  could not be judged on the node and why (no NVIDIA device, no InfiniBand adapter, no NVSwitch, no dcgmi).
+- ``assess``, ``render``, ``to_json``, ``exit_code``: the report, folded the way ``clush -b`` folds output.
+
+What a node should have comes from the controller: its GPU count is the ``gpu.count`` the last converge recorded
+(``expected_gpus``), else the count of NVIDIA GPUs on its PCI bus. hosts.yaml has no per-host GPU count.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from collections.abc import Iterable, Mapping
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from . import nodestate, paths
+from .drift import fold
+
+HEALTH_TASK = "Read the node's health"
+FAIL, WARN = "fail", "warn"
+NVSWITCH_CLASS = "0x068000"  # PCI bridge, other: how an NVSwitch shows on the bus (vendor 0x10de)
+GPU_CLASSES = ("0x0300", "0x0302")  # VGA and 3D controllers; an NVIDIA audio function (0x0403) is no GPU
+RECORDED = "the gpu.count the last converge recorded"
+ON_PCI = "the NVIDIA GPUs on the PCI bus"
+
+
+@cache
+def lib() -> ModuleType:
+    """module_utils/hvd_health.py, loaded as a plain module (it imports nothing of Ansible's)."""
+    path = paths.ansible_home() / "module_utils" / "hvd_health.py"
+    found = importlib.util.spec_from_file_location("hvdcluster._hvd_health", path)
+    module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(module)
+    return module
+
+
+def read(root: Path, limit: str | None = None, hosts: Iterable[str] = (), quick: bool = False) -> nodestate.Reading:
+    """Read every node (or ``limit``) in check mode; ``hosts``: the nodes expected to answer; ``quick``: without
+    dcgmi diag."""
+    import time
+
+    from .runner import run_playbook
+
+    events: list[dict] = []
+    start = time.monotonic()
+    result = run_playbook(root, "health.yml", limit=limit, check=True, on_event=events.append,
+                          extravars={"hvd_health_quick": quick})
+    found, missing = nodestate.collect(events, task=HEALTH_TASK, key="reading")
+    for host in hosts:
+        if host not in found and host not in missing:
+            missing[host] = f"no answer (ansible-playbook rc {result.rc}; see {result.log})"
+    return nodestate.Reading(found, missing, result.rc, str(result.log), time.monotonic() - start)
+
+
+def expected_gpus(record: Mapping[str, Any] | None) -> int | None:
+    """The GPU count the node's record holds (``gpu.count``), None without a record or with none counted."""
+    try:
+        count = int((record or {}).get("gpu.count") or 0)
+    except (TypeError, ValueError):
+        return None
+    return count if count > 0 else None
+
+
+def pci_gpus(reading: Mapping[str, Any]) -> list[str]:
+    """The addresses of the NVIDIA GPUs on the node's PCI bus."""
+    return [dev["address"] for dev in reading.get("pci") or [] if str(dev.get("class", "")).startswith(GPU_CLASSES)]
+
+
+def nvswitches(reading: Mapping[str, Any]) -> list[str]:
+    """The addresses of the node's NVSwitches (NVIDIA PCI bridges of class 0x068000)."""
+    return [dev["address"] for dev in reading.get("pci") or [] if dev.get("class") == NVSWITCH_CLASS]
+
+
+def _finding(item: str, severity: str, found: str, expected: str, fix: str, source: str) -> dict[str, str]:
+    return {"item": item, "severity": severity, "found": found, "expected": expected, "fix": fix, "source": source}
+
+
+def _gpu_want(reading: Mapping[str, Any], expected: int | None) -> tuple[int, str]:
+    """How many GPUs the node should have, and where that number comes from."""
+    return (expected, RECORDED) if expected else (len(pci_gpus(reading)), ON_PCI)
+
+
+def _gpu_findings(reading: Mapping[str, Any], smi: dict[str, Any], want: int, source: str) -> list[dict[str, str]]:
+    """nvidia-smi's answer, the count, ECC, retired pages, row remap, PCIe width, persistence, NVLink, Xid, dcgm."""
+    h = lib()
+    findings: list[dict[str, str]] = []
+    if not smi["gpus"] and (reading.get("nvidia_smi_q_error") or want):
+        said = reading.get("nvidia_smi_q_error") or "nvidia-smi -q listed no GPU"
+        findings.append(_finding("gpu.nvidia_smi", FAIL, said, "nvidia-smi -q lists the GPUs",
+                                 "load the NVIDIA driver (hvdcluster up repairs an install; a kernel upgraded without "
+                                 "its modules needs them rebuilt); look for Xid 79 in the kernel log", "nvidia-smi(1)"))
+    else:
+        for finding in h.check_gpu_count(smi, want):
+            findings.append({**finding, "expected": f"{finding['expected']} ({source})"})
+        for rule in (h.check_ecc, h.check_retired_pages, h.check_row_remap, h.check_pcie, h.check_persistence):
+            findings += rule(smi)  # PCIe: width only; an idle GPU's gen means nothing (hvd_health.check_pcie)
+    findings += h.check_nvlink(h.parse_nvlink_status(reading.get("nvlink") or ""))
+    log = reading.get("kernel_log")
+    if log is None:
+        findings.append(_finding(
+            "kernel_log", WARN, str(reading.get("kernel_log_error") or "not read"),
+            f"the kernel log readable by {reading.get('user') or 'the login user'} (Xid and SXid events)",
+            "add the login user to the systemd-journal (or adm) group, or allow dmesg (sysctl kernel.dmesg_restrict=0)",
+            h.SOURCES["xid_catalog"]))
+    else:
+        events = h.parse_kernel_log(log)
+        findings += h.check_xid(events) + h.check_sxid(events)
+    if reading.get("dcgm_diag"):
+        findings += h.check_dcgm_diag(h.parse_dcgmi_diag(reading["dcgm_diag"]))
+    return findings
+
+
+def _fabricmanager_findings(reading: Mapping[str, Any], smi: dict[str, Any]) -> list[dict[str, str]]:
+    """An NVSwitch node: Fabric Manager running, at the driver's version to the last digit."""
+    h = lib()
+    findings: list[dict[str, str]] = []
+    state = (reading.get("fabricmanager_active") or "").strip()
+    if state != "active":
+        said = state or str(reading.get("fabricmanager_active_error") or "unknown")
+        findings.append(_finding("fabricmanager.active", FAIL, f"nvidia-fabricmanager {said}", "active",
+                                 "systemctl enable --now nvidia-fabricmanager; journalctl -u nvidia-fabricmanager "
+                                 "says why it stopped (without it CUDA cannot initialize the GPUs of an NVSwitch node)",
+                                 h.SOURCES["fabric_manager"]))
+    fm = h.parse_fabricmanager_log(reading.get("fabricmanager_journal") or "")
+    version = re.search(r"(\d+\.\d+(?:\.\d+)+)", reading.get("fabricmanager_version") or "")
+    if version:
+        fm["fm_version"] = version.group(1)
+    return findings + h.check_fabricmanager(fm, smi.get("driver_version"))
+
+
+def judge(node: str, reading: Mapping[str, Any], expected_gpus: int | None = None) -> list[dict[str, str]]:
+    """Every finding on ``node``'s reading (library/hvd_health_read.py's ``reading``), each with ``node``.
+
+    ``expected_gpus``: the GPUs the node should have (expected_gpus(record)); None: the NVIDIA GPUs on its PCI bus.
+    A node with no NVIDIA device and none expected has no GPU finding (``notes`` says so).
+    """
+    h = lib()
+    smi = h.parse_nvidia_smi_q(reading.get("nvidia_smi_q") or "")
+    want, source = _gpu_want(reading, expected_gpus)
+    gpu_node = bool(want or smi["gpus"])
+    findings = _gpu_findings(reading, smi, want, source) if gpu_node else []
+    ib = reading.get("ib")
+    if ib is not None:
+        findings += h.check_ib_ports(ib)
+        if gpu_node and reading.get("modules") is not None:
+            findings += h.check_peermem(ib, reading["modules"], len(smi["gpus"]) or want)
+    if nvswitches(reading):
+        findings += _fabricmanager_findings(reading, smi)
+    return [{**finding, "node": node} for finding in findings]
+
+
+def notes(reading: Mapping[str, Any], expected_gpus: int | None = None) -> list[str]:
+    """One line per area not judged on the node, with why."""
+    h = lib()
+    want, _ = _gpu_want(reading, expected_gpus)
+    gpu_node = bool(want or h.parse_nvidia_smi_q(reading.get("nvidia_smi_q") or "")["gpus"])
+    out = []
+    if not gpu_node:
+        out.append("no NVIDIA device: GPU checks skipped (count, ECC, row remap, PCIe, NVLink, Xid, persistence, "
+                   "dcgmi diag)")
+    if reading.get("ib") is None:
+        out.append("no InfiniBand adapter (/sys/class/infiniband missing): port and nvidia-peermem checks skipped")
+    if not nvswitches(reading):
+        out.append("no NVSwitch: Fabric Manager checks skipped")
+    if gpu_node and not reading.get("dcgm_diag"):
+        out.append(f"dcgmi diag not run: {reading.get('dcgm_diag_error') or 'it printed nothing'}")
+    return out
+
+
+# ------------------------------------------------------------------------------------------ the report
+
+
+def assess(readings: Mapping[str, Mapping[str, Any]], records: Mapping[str, Mapping[str, Any] | None]
+           ) -> dict[str, dict[str, Any]]:
+    """node -> {healthy, findings, notes, expected_gpus}: healthy means no finding of severity fail."""
+    report = {}
+    for node, reading in readings.items():
+        want = expected_gpus(records.get(node))
+        found = sorted(judge(node, reading, want), key=lambda f: (f["severity"] != FAIL, f["item"]))
+        report[node] = {"healthy": not any(f["severity"] == FAIL for f in found), "findings": found,
+                        "notes": notes(reading, want), "expected_gpus": want or len(pci_gpus(reading))}
+    return report
+
+
+def exit_code(report: Mapping[str, Mapping[str, Any]], unreachable: Mapping[str, str]) -> int:
+    """0: every node read and none has a failure (warnings allowed); 1: a failure or a node not read."""
+    return 1 if unreachable or not all(node["healthy"] for node in report.values()) else 0
+
+
+def _line(finding: Mapping[str, str]) -> str:
+    return (f"  {finding['severity']:<4} {finding['item']}: {finding['found']} (expected {finding['expected']})"
+            f" — {finding['fix']} [{finding['source']}]")
+
+
+def _heading(node: Mapping[str, Any]) -> str:
+    fails = sum(f["severity"] == FAIL for f in node["findings"])
+    warns = len(node["findings"]) - fails
+    counts = [f"{fails} failed" if fails else "", f"{warns} warning{'s' if warns != 1 else ''}" if warns else ""]
+    return ("healthy" if node["healthy"] else "unhealthy") + "".join(f", {c}" for c in counts if c)
+
+
+def render(report: Mapping[str, Mapping[str, Any]], unreachable: Mapping[str, str]) -> str:
+    """The report as text: nodes with the same findings and notes folded on one heading line (``gpu[01-16]:
+    healthy``), one line per finding and note under it, the unreachable nodes with why."""
+    groups: dict[tuple, list[str]] = {}
+    for node, health in report.items():
+        key = (tuple(tuple(sorted((k, v) for k, v in f.items() if k != "node")) for f in health["findings"]),
+               tuple(health["notes"]))
+        groups.setdefault(key, []).append(node)
+    lines: list[str] = []
+    for nodes in sorted(groups.values(), key=lambda names: (not report[names[0]]["healthy"], names[0])):
+        health = report[nodes[0]]
+        lines.append(f"{fold(nodes)}: {_heading(health)}")
+        lines += [_line(finding) for finding in health["findings"]]
+        lines += [f"  note {note}" for note in health["notes"]]
+    if unreachable:
+        lines.append(f"unreachable: {fold(unreachable)}")
+        lines += [f"  {node}: {why}" for node, why in unreachable.items()]
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def summary(report: Mapping[str, Mapping[str, Any]], unreachable: Mapping[str, str], log: str, seconds: float) -> str:
+    """The last line: how many nodes are healthy, have failures or warnings, were not read; the log."""
+    healthy = [n for n, h in report.items() if h["healthy"]]
+    warned = [n for n in healthy if report[n]["findings"]]
+    parts = [f"{len(healthy)} healthy" + (f" ({len(warned)} with warnings)" if warned else ""),
+             f"{len(report) - len(healthy)} with failures"]
+    parts += [f"{len(unreachable)} unreachable"] if unreachable else []
+    return f"health: {', '.join(parts)} (read {len(report)} nodes in {seconds:.1f} s; log: {log})"
+
+
+def to_json(cluster: str, report: Mapping[str, Mapping[str, Any]], unreachable: Mapping[str, str], log: str,
+            seconds: float) -> dict[str, Any]:
+    """The report for ``--json``."""
+    return {"cluster": cluster, "nodes": dict(report), "unreachable": dict(unreachable), "log": log,
+            "seconds": round(seconds, 2), "exit": exit_code(report, unreachable)}
