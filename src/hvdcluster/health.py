@@ -13,10 +13,8 @@ What a node should have comes from the controller: its GPU count is the ``gpu.co
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from collections.abc import Iterable, Mapping
-from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -32,14 +30,9 @@ RECORDED = "the gpu.count the last converge recorded"
 ON_PCI = "the NVIDIA GPUs on the PCI bus"
 
 
-@cache
 def lib() -> ModuleType:
-    """module_utils/hvd_health.py, loaded as a plain module (it imports nothing of Ansible's)."""
-    path = paths.ansible_home() / "module_utils" / "hvd_health.py"
-    found = importlib.util.spec_from_file_location("hvdcluster._hvd_health", path)
-    module = importlib.util.module_from_spec(found)
-    found.loader.exec_module(module)
-    return module
+    """module_utils/hvd_health.py: the parsers and rules, shared with the node side."""
+    return paths.module_utils("hvd_health")
 
 
 def read(root: Path, limit: str | None = None, hosts: Iterable[str] = (), quick: bool = False) -> nodestate.Reading:

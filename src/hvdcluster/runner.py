@@ -7,7 +7,9 @@ import os
 import re
 import secrets
 import shlex
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -137,7 +139,24 @@ def run_playbook(
             on_event(event)
         return True  # keep the event in the artifacts
 
-    result = ansible_runner.run(
+    # ansible-runner installs its own SIGTERM/SIGINT handlers (they cancel the run) and leaves them in place: put
+    # back the process's own once the run is over, so a later Ctrl-C or TERM ends hvdcluster as it should.
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        result = _run(ansible_runner, private, ident, playbook, inventory_dir, args, extravars, envvars, handler)
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for sig, previous in saved.items():
+                if previous is not None:
+                    signal.signal(sig, previous)
+    artifacts = Path(result.config.artifact_dir)
+    scrub_artifacts(artifacts)
+    return RunResult(rc=result.rc, status=result.status, log=artifacts / "stdout", artifacts=artifacts)
+
+
+def _run(ansible_runner: Any, private: Path, ident: str, playbook: str, inventory_dir: Path, args: list[str],
+         extravars: dict | None, envvars: dict, handler: Callable[[Event], bool]) -> Any:
+    return ansible_runner.run(
         private_data_dir=str(private),
         ident=ident,
         playbook=str(paths.playbook(playbook)),
@@ -151,6 +170,3 @@ def run_playbook(
         quiet=True,
         rotate_artifacts=20,
     )
-    artifacts = Path(result.config.artifact_dir)
-    scrub_artifacts(artifacts)
-    return RunResult(rc=result.rc, status=result.status, log=artifacts / "stdout", artifacts=artifacts)

@@ -355,21 +355,12 @@ def test_warnings_are_printed_and_exit_0_an_unreachable_node_exits_1(hosts: Path
     assert "1 unreachable" in out.splitlines()[-1]
 
 
-@pytest.fixture
-def signal_handlers_kept() -> object:
-    """ansible_runner.run leaves its own SIGTERM and SIGINT handlers installed in the calling process: a fork-started
-    worker of a later test (test_modules' lease race) would then ignore its pool's SIGTERM and hang the session."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
-
-
-def test_read_runs_health_yml_in_check_mode_and_collects_each_nodes_reading(tmp_path: Path,
-                                                                              signal_handlers_kept: object) -> None:
+def test_read_runs_health_yml_in_check_mode_and_collects_each_nodes_reading(tmp_path: Path) -> None:
     """playbooks/health.yml really run through ansible-runner, on this machine over a local connection (no SSH):
     the module's reading comes back from the events, without dcgmi under --quick, and a node never answering is
-    named."""
+    named. The run leaves the process's SIGTERM and SIGINT handlers as they were (ansible-runner installs its own
+    and would leave them: Ctrl-C after a run would no longer stop hvdcluster)."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     inv = tmp_path / "lab"
     inv.mkdir()
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
@@ -380,3 +371,4 @@ def test_read_runs_health_yml_in_check_mode_and_collects_each_nodes_reading(tmp_
     assert got.unreachable == {"node2": f"no answer (ansible-playbook rc 0; see {got.log})"}
     argv = json.loads((Path(got.log).parent / "command").read_text())["command"]
     assert "--check" in argv
+    assert {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)} == before
