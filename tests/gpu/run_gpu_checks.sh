@@ -13,7 +13,7 @@
 #   --out DIR            where facts.json and allreduce.log go (default: a fresh folder under /tmp)
 # Exit status 0: the node facts agree (driver loaded == installed, CUDA/NCCL/cuDNN as the roles recorded,
 # Horovod's NCCL == nccl.h == PyTorch's NCCL), --check-build lists NCCL, and every rank's GPU allreduce is right
-# and went through NCCL.
+# and went through NCCL, and the node's health (tests/gpu/health_check.py) shows no failure.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 env=/opt/hvd/env
@@ -83,6 +83,9 @@ good=$(grep -c 'hvd-gpu rank=.* ok=1 ' "$out/allreduce.log" || true)
 [ "$good" -eq "$np" ] || { echo "FAIL: $good of $np ranks reported a correct GPU allreduce"; fail=1; }
 grep -q 'NCCL INFO' "$out/allreduce.log" || { echo "FAIL: NCCL never initialized (no 'NCCL INFO' line)"; fail=1; }
 grep -m3 -E 'NCCL INFO (NCCL version|Using network|Channel 00)' "$out/allreduce.log" | sed 's/^/  /' || true
+
+step "4. health: nvidia-smi, NVLink, the kernel log, IB and NCCL's transport judged by hvdcluster's rules"
+python3 "$here/health_check.py" --nccl-log "$out/allreduce.log" | tee "$out/health.txt" || fail=1
 
 step "result"
 echo "logs in $out"
