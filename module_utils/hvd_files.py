@@ -1,4 +1,5 @@
-"""Helpers shared by hvdcluster's modules (library/): file digests and hvd_tree's manifest."""
+"""Helpers shared by hvdcluster's modules (library/) and module_utils: a node's files read below a root, file digests
+and hvd_tree's manifest."""
 
 from __future__ import annotations
 
@@ -6,6 +7,47 @@ import hashlib
 import json
 import os
 import stat
+
+
+def under(root: str, path: str) -> str:
+    """The node's ``path`` as found below ``root``."""
+    return path if root in ("", "/") else os.path.join(root, path.lstrip("/"))
+
+
+def resolve(root: str, path: str) -> str:
+    """The node's ``path`` with every symlink resolved the way the node sees it (an absolute link target is taken
+    below ``root`` too); a missing part is kept as it is, like ``os.path.realpath``."""
+    if root in ("", "/"):
+        return os.path.realpath(path)
+    parts = [part for part in path.split("/") if part]
+    done, hops = "/", 0
+    while parts:
+        part = parts.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            done = os.path.dirname(done)
+            continue
+        candidate = os.path.join(done, part)
+        full = under(root, candidate)
+        if os.path.islink(full) and hops < 40:
+            hops += 1
+            target = os.readlink(full)
+            if target.startswith("/"):
+                done = "/"
+            parts = [p for p in target.split("/") if p] + parts
+        else:
+            done = candidate
+    return done
+
+
+def read_text(path: str) -> str | None:
+    """A file's text (undecodable bytes replaced), or None when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
 
 
 def sha256_of(path: str) -> str:

@@ -3,7 +3,7 @@ unattended-upgrades guard), by plain file reads: no subprocess, nothing written.
 
 Every reader takes ``root``, the prefix the node's files are read under ("/" on a node; a fake root in tests), like
 module_utils/hvd_state.py's; paths in values are the node's paths (``root`` left out). Standard library only and
-Python 3.9 compatible (it runs on the nodes); it imports nothing of Ansible's, so the CLI can load it by path too.
+Python 3.9 compatible (it runs on the nodes); the node's files are read with hvd_files' helpers, as hvd_state's are.
 
 - :func:`next_boot_kernel`: what GRUB starts next (grub.cfg's default, grubenv's ``next_entry`` and
   ``saved_entry``, /etc/default/grub), else the newest image in /boot.
@@ -20,6 +20,8 @@ import glob
 import os
 import re
 import shlex
+
+from ansible.module_utils.hvd_files import read_text, resolve, under
 
 NVIDIA_MODULES = ("nvidia", "nvidia-modeset", "nvidia-uvm")
 MODULE_SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
@@ -38,45 +40,6 @@ NOT_BUILT = "not built"
 
 
 # ------------------------------------------------------------------------------------------ files
-
-
-def _under(root: str, path: str) -> str:
-    return path if root in ("", "/") else os.path.join(root, path.lstrip("/"))
-
-
-def _resolve(root: str, path: str) -> str:
-    """The node's ``path`` with every symlink resolved the way the node sees it (an absolute target is taken below
-    ``root`` too); what does not exist is kept as it is (hvd_state.resolve, kept here to stay import-free)."""
-    if root in ("", "/"):
-        return os.path.realpath(path)
-    parts = [part for part in path.split("/") if part]
-    done, hops = "/", 0
-    while parts:
-        part = parts.pop(0)
-        if part == ".":
-            continue
-        if part == "..":
-            done = os.path.dirname(done)
-            continue
-        candidate = os.path.join(done, part)
-        full = _under(root, candidate)
-        if os.path.islink(full) and hops < 40:
-            hops += 1
-            target = os.readlink(full)
-            if target.startswith("/"):
-                done = "/"
-            parts = [p for p in target.split("/") if p] + parts
-        else:
-            done = candidate
-    return done
-
-
-def _read_text(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return None
 
 
 def _mtime(path: str) -> float | None:
@@ -125,7 +88,7 @@ def version_key(version: str) -> tuple:
 def installed_kernels(root: str) -> list[str]:
     """The kernel versions with an image in /boot (``vmlinuz-<version>``), oldest first, newest last."""
     found = {os.path.basename(path)[len("vmlinuz-"):]
-             for path in glob.glob(os.path.join(glob.escape(_under(root, "/boot")), "vmlinuz-*"))}
+             for path in glob.glob(os.path.join(glob.escape(under(root, "/boot")), "vmlinuz-*"))}
     found.discard("")
     return sorted((v for v in found if not v.endswith((".old", ".bak", ".dpkg-tmp"))), key=version_key)
 
@@ -158,9 +121,9 @@ def grub_default_setting(root: str) -> tuple[str | None, str]:
     value, source = None, ""
     files = ["/etc/default/grub"] + sorted(
         "/etc/default/grub.d/" + os.path.basename(p)
-        for p in glob.glob(os.path.join(glob.escape(_under(root, "/etc/default/grub.d")), "*.cfg")))
+        for p in glob.glob(os.path.join(glob.escape(under(root, "/etc/default/grub.d")), "*.cfg")))
     for path in files:
-        found = _shell_assignments(_read_text(_under(root, path)) or "").get("GRUB_DEFAULT")
+        found = _shell_assignments(read_text(under(root, path)) or "").get("GRUB_DEFAULT")
         if found is not None:
             value, source = found, path
     return value, source
@@ -169,7 +132,7 @@ def grub_default_setting(root: str) -> tuple[str | None, str]:
 def grubenv(root: str) -> dict[str, str]:
     """/boot/grub/grubenv's variables (``saved_entry``, ``next_entry`` ...)."""
     out = {}
-    for line in (_read_text(_under(root, "/boot/grub/grubenv")) or "").splitlines():
+    for line in (read_text(under(root, "/boot/grub/grubenv")) or "").splitlines():
         if line.startswith("#"):
             continue
         key, sep, value = line.partition("=")
@@ -258,8 +221,8 @@ def _image_kernel(root: str, kernel: str) -> str:
     if not kernel.startswith("/"):
         return kernel
     for path in (kernel, "/boot" + kernel):
-        name = os.path.basename(_resolve(root, path))
-        if name.startswith("vmlinuz-") and os.path.exists(_under(root, _resolve(root, path))):
+        name = os.path.basename(resolve(root, path))
+        if name.startswith("vmlinuz-") and os.path.exists(under(root, resolve(root, path))):
             return name[len("vmlinuz-"):]
     return kernel
 
@@ -277,10 +240,10 @@ def next_boot_kernel(root: str) -> dict:
     """
     kernels = installed_kernels(root)
     newest = kernels[-1] if kernels else None
-    cfg_text = _read_text(_under(root, "/boot/grub/grub.cfg"))
+    cfg_text = read_text(under(root, "/boot/grub/grub.cfg"))
     if cfg_text is None:
         # grub-mkconfig makes grub.cfg 0400 where it holds a password: a reader that is not root cannot see it
-        there = os.path.exists(_under(root, "/boot/grub/grub.cfg"))
+        there = os.path.exists(under(root, "/boot/grub/grub.cfg"))
         what = "/boot/grub/grub.cfg is not readable" if there else "no /boot/grub/grub.cfg"
         return {"version": newest, "how": f"{what}: the newest kernel in /boot"}
     menu = grub_menu(cfg_text)
@@ -317,9 +280,9 @@ def next_boot_kernel(root: str) -> dict:
 def nvidia_modules(root: str, kernel: str) -> dict[str, str | None]:
     """nvidia, nvidia-modeset, nvidia-uvm -> the module file built for ``kernel`` (anywhere below
     /lib/modules/<kernel>/, compressed or not; one in updates/ first, where depmod looks first), or None."""
-    folder = _resolve(root, f"/lib/modules/{kernel}")
+    folder = resolve(root, f"/lib/modules/{kernel}")
     found: dict[str, list[str]] = {name: [] for name in NVIDIA_MODULES}
-    base = _under(root, folder)
+    base = under(root, folder)
     for current, dirs, files in os.walk(base):
         dirs[:] = [d for d in dirs if d not in ("build", "source")]
         for file in files:
@@ -342,7 +305,7 @@ def headers_present(root: str, kernel: str) -> bool:
     """The kernel's build tree is there: /lib/modules/<kernel>/build resolves to a folder (what DKMS builds
     against), or /usr/src/linux-headers-<kernel> is one."""
     for path in (f"/lib/modules/{kernel}/build", f"/usr/src/linux-headers-{kernel}"):
-        if os.path.isdir(_under(root, _resolve(root, path))):
+        if os.path.isdir(under(root, resolve(root, path))):
             return True
     return False
 
@@ -375,7 +338,7 @@ def dkms_tree_status(root: str) -> list[dict]:
     <module>/kernel-<kernel>-<arch> links to it; a version without any kernel is ``added``. Same shape as
     :func:`dkms_status`."""
     out = []
-    tree = _under(root, "/var/lib/dkms")
+    tree = under(root, "/var/lib/dkms")
     for module in sorted(os.listdir(tree)) if os.path.isdir(tree) else ():
         mdir = os.path.join(tree, module)
         if not os.path.isdir(mdir) or os.path.islink(mdir):
@@ -417,13 +380,13 @@ def dkms_make_log_tail(root: str, module: str, version: str, kernel: str, lines:
     /var/lib/dkms/<module>/<version>/<kernel>/<arch>/log/make.log, else the shared build/make.log when it is about
     that kernel (a failed build leaves it there, and it names the kernel's build tree); [] without one."""
     vdir = f"/var/lib/dkms/{module}/{version}"
-    candidates = sorted(glob.glob(os.path.join(glob.escape(_under(root, f"{vdir}/{kernel}")), "*", "log",
+    candidates = sorted(glob.glob(os.path.join(glob.escape(under(root, f"{vdir}/{kernel}")), "*", "log",
                                                "make.log")))
     for path in candidates:
-        text = _read_text(path)
+        text = read_text(path)
         if text is not None:
             return text.splitlines()[-lines:] if lines > 0 else []
-    text = _read_text(_under(root, f"{vdir}/build/make.log"))
+    text = read_text(under(root, f"{vdir}/build/make.log"))
     if text is not None and kernel in text:
         return text.splitlines()[-lines:] if lines > 0 else []
     return []
@@ -505,7 +468,7 @@ def _modprobe_files(root: str) -> list[str]:
     chosen: dict[str, str] = {}
     for folder in ("/etc/modprobe.d", "/run/modprobe.d", "/usr/local/lib/modprobe.d", "/usr/lib/modprobe.d",
                    "/lib/modprobe.d"):
-        for path in sorted(glob.glob(os.path.join(glob.escape(_under(root, folder)), "*.conf"))):
+        for path in sorted(glob.glob(os.path.join(glob.escape(under(root, folder)), "*.conf"))):
             chosen.setdefault(os.path.basename(path), f"{folder}/{os.path.basename(path)}")
     return [chosen[name] for name in sorted(chosen)]
 
@@ -514,7 +477,7 @@ def nouveau_blacklist_files(root: str) -> list[str]:
     """The modprobe.d files (node's paths) that say ``blacklist nouveau`` (comments ignored)."""
     out = []
     for path in _modprobe_files(root):
-        for line in (_read_text(_under(root, path)) or "").splitlines():
+        for line in (read_text(under(root, path)) or "").splitlines():
             words = line.split("#", 1)[0].split()
             if words[:2] == ["blacklist", "nouveau"]:
                 out.append(path)
@@ -531,8 +494,8 @@ def initramfs_after_blacklist(root: str, kernel: str) -> bool | None:
     """The kernel's initramfs (/boot/initrd.img-<kernel>) was built after the newest nouveau blacklist file, so the
     copy of modprobe.d it carries keeps nouveau out too; None where there is no blacklist or no initramfs."""
     files = nouveau_blacklist_files(root)
-    image = _mtime(_under(root, f"/boot/initrd.img-{kernel}"))
-    times = [t for t in (_mtime(_under(root, _resolve(root, f))) for f in files) if t is not None]
+    image = _mtime(under(root, f"/boot/initrd.img-{kernel}"))
+    times = [t for t in (_mtime(under(root, resolve(root, f))) for f in files) if t is not None]
     if image is None or not times:
         return None
     return image >= max(times)
@@ -636,7 +599,7 @@ def apt_conf_files(root: str) -> list[str]:
     """/etc/apt/apt.conf.d's files apt reads (the node's paths), in the order it reads them (by name)."""
     folder = "/etc/apt/apt.conf.d"
     names = []
-    for path in glob.glob(os.path.join(glob.escape(_under(root, folder)), "*")):
+    for path in glob.glob(os.path.join(glob.escape(under(root, folder)), "*")):
         name = os.path.basename(path)
         if os.path.isfile(path) and _APT_PART.fullmatch(name) and not _APT_IGNORED.search(name):
             names.append(name)
@@ -648,7 +611,7 @@ def uu_blacklist(root: str) -> list[str]:
     /etc/apt/apt.conf, read last): every file's entries in file order, without duplicates."""
     values: list[str] = []
     for path in [*apt_conf_files(root), "/etc/apt/apt.conf"]:
-        text = _read_text(_under(root, path))
+        text = read_text(under(root, path))
         if text is not None:
             apt_conf_values(text, _UU_KEY, values)
     return list(dict.fromkeys(values))
@@ -670,7 +633,7 @@ def uu_blacklisted(name: str, patterns: list[str]) -> bool:
 def installed_packages(root: str) -> set[str]:
     """The names of the packages dpkg's status file says are installed (held or not)."""
     names = set()
-    for stanza in (_read_text(_under(root, "/var/lib/dpkg/status")) or "").split("\n\n"):
+    for stanza in (read_text(under(root, "/var/lib/dpkg/status")) or "").split("\n\n"):
         fields = dict(re.findall(r"^(Package|Status):[ \t]*(.*?)[ \t]*$", stanza, re.M))
         if "Package" in fields and fields.get("Status", "").split()[2:3] == ["installed"]:
             names.add(fields["Package"])

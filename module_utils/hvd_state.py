@@ -16,8 +16,8 @@ import os
 import re
 import stat
 
-from ansible.module_utils.hvd_files import (MANIFEST, add_stamped, manifest_entry_differs, read_manifest, sha256_of,
-                                            walk_tree)
+from ansible.module_utils.hvd_files import (MANIFEST, add_stamped, manifest_entry_differs, read_manifest, read_text,
+                                            resolve, sha256_of, under, walk_tree)
 from ansible.module_utils.hvd_kernel import guard_item, module_guard, uu_blacklist, uu_blacklisted
 
 ABSENT = "absent"
@@ -36,46 +36,6 @@ _RUNS = re.compile(r"[-_.]+")
 
 
 # ------------------------------------------------------------------------------------------ paths and files
-
-
-def under(root: str, path: str) -> str:
-    """The node's ``path`` as found below ``root``."""
-    return path if root in ("", "/") else os.path.join(root, path.lstrip("/"))
-
-
-def resolve(root: str, path: str) -> str:
-    """The node's ``path`` with every symlink resolved the way the node sees it (an absolute link target is taken
-    below ``root`` too); a missing part is kept as it is, like ``os.path.realpath``."""
-    if root in ("", "/"):
-        return os.path.realpath(path)
-    parts = [part for part in path.split("/") if part]
-    done, hops = "/", 0
-    while parts:
-        part = parts.pop(0)
-        if part == ".":
-            continue
-        if part == "..":
-            done = os.path.dirname(done)
-            continue
-        candidate = os.path.join(done, part)
-        full = under(root, candidate)
-        if os.path.islink(full) and hops < 40:
-            hops += 1
-            target = os.readlink(full)
-            if target.startswith("/"):
-                done = "/"
-            parts = [p for p in target.split("/") if p] + parts
-        else:
-            done = candidate
-    return done
-
-
-def read_text(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return None
 
 
 def d16(data: bytes) -> str:

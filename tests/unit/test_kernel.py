@@ -9,7 +9,6 @@ feed the readers what dkms printed on real machines.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -17,24 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from hvdcluster.paths import module_utils
+from tests.conftest import gpu_fixture
 
-# Loaded by path, as the CLI may load it: it must import nothing of Ansible's.
-_spec = importlib.util.spec_from_file_location("hvd_kernel", ROOT / "module_utils" / "hvd_kernel.py")
-hk = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(hk)
-
-GPU_FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures-gpu"
+hk = module_utils("hvd_kernel")  # as the modules import it: ansible.module_utils.hvd_kernel
 
 NEW, OLD = "6.1.0-27-amd64", "6.1.0-13-amd64"
 UUID = "3f1c6a2e-9b7d-4c51-8e0a-2d5b7f9c1e44"
 
 
 def fixture(name: str) -> str:
-    path = GPU_FIXTURES / name
-    if not path.is_file():
-        pytest.fail(f"recorded fixture {path} is missing (the shared GPU fixtures are read in place, never copied)")
-    return path.read_text()
+    return gpu_fixture(name).read_text()
 
 
 def write(root: Path, path: str, text: str | bytes = "", mode: int = 0o644) -> Path:
