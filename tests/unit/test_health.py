@@ -10,18 +10,14 @@ remap), the test raises that one field of a recorded clean reading and says so.
 from __future__ import annotations
 
 import copy
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from hvdcluster.paths import module_utils
+from tests.conftest import gpu_fixture
 
-_spec = importlib.util.spec_from_file_location("hvd_health", ROOT / "module_utils" / "hvd_health.py")
-health = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(health)
-
-FIXTURES = (ROOT / ".." / "shared" / "fixtures-gpu").resolve()
+health = module_utils("hvd_health")
 
 H100_Q = "nvidia-smi-q_h100-8gpu_535.183.01.txt"
 H100_Q_565 = "nvidia-smi-q_h100-sxm-8gpu_565.57.01.txt"
@@ -64,11 +60,7 @@ FM_LOG = "nv-fabricmanager_h100-535.161.08_nvswitch-nonfatal-12028.log"
 
 
 def read(name: str) -> str:
-    """A recorded output, read in place (a missing one fails: these tests have nothing else to read)."""
-    path = FIXTURES / name
-    if not path.is_file():
-        pytest.fail(f"{path} is missing: these tests read ../shared/fixtures-gpu next to the checkout, in place")
-    return path.read_text(encoding="utf-8")
+    return gpu_fixture(name).read_text(encoding="utf-8")
 
 
 def smi(name: str) -> dict:

@@ -21,10 +21,8 @@ from pathlib import Path
 import pytest
 
 from hvdcluster import cli, health, nodestate
-from tests.conftest import ROOT
+from tests.conftest import ROOT, gpu_fixture
 from tests.unit.test_modules import run_module
-
-FIXTURES = (ROOT / ".." / "shared" / "fixtures-gpu").resolve()
 
 H100_Q = "nvidia-smi-q_h100-8gpu_535.183.01.txt"
 A100_Q = "nvidia-smi-q_a100-sxm4-80gb-4gpu_555.42.02.txt"
@@ -37,16 +35,8 @@ FM_JOURNAL = "journal-line_nv-fabricmanager_FAIL-version-mismatch_530.30.02-vs-5
 DCGM_R1_FAIL = "dcgmi-diag-r1_h200-8gpu_FAIL-persistence-mode_dcgm3.1.8.txt"
 
 
-def fixture(name: str) -> Path:
-    """A recorded output, in place (a missing one fails: these tests have nothing else to read)."""
-    path = FIXTURES / name
-    if not path.is_file():
-        pytest.fail(f"{path} is missing: these tests read ../shared/fixtures-gpu next to the checkout, in place")
-    return path
-
-
 def read(name: str) -> str:
-    return fixture(name).read_text(encoding="utf-8")
+    return gpu_fixture(name).read_text(encoding="utf-8")
 
 
 def pci(gpus: int, switches: int = 0) -> list[dict[str, str]]:
@@ -202,10 +192,10 @@ def fake_bin(tmp_path: Path) -> Path:
     folder = tmp_path / "bin"
     folder.mkdir()
     q = shlex.quote
-    fake_tool(folder, "nvidia-smi", f'case "$1" in -q) cat {q(str(fixture(A100_Q)))};; '
-                                    f'nvlink) cat {q(str(fixture(NVLINK_A100)))};; esac')
-    fake_tool(folder, "journalctl", f'case "$1" in -k) cat {q(str(fixture(DMESG_79)))};; *) exit 1;; esac')
-    fake_tool(folder, "dcgmi", f"cat {q(str(fixture(DCGM_R1_FAIL)))}; exit 226")
+    fake_tool(folder, "nvidia-smi", f'case "$1" in -q) cat {q(str(gpu_fixture(A100_Q)))};; '
+                                    f'nvlink) cat {q(str(gpu_fixture(NVLINK_A100)))};; esac')
+    fake_tool(folder, "journalctl", f'case "$1" in -k) cat {q(str(gpu_fixture(DMESG_79)))};; *) exit 1;; esac')
+    fake_tool(folder, "dcgmi", f"cat {q(str(gpu_fixture(DCGM_R1_FAIL)))}; exit 226")
     return folder
 
 
