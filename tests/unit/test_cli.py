@@ -106,14 +106,6 @@ def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
     return err
 
 
-@pytest.fixture
-def hosts(tmp_path: Path) -> Path:
-    path = tmp_path / "hosts.yaml"
-    path.write_text("cluster: c1\nhosts:\n  - {name: gpu01, address: 10.0.0.1, slots: 2}\n"
-                    "  - {name: gpu02, address: 10.0.0.2, slots: 2}\n")
-    return path
-
-
 def _refused(argv: list[str], root: Path, capsys: pytest.CaptureFixture[str], *named: str) -> str:
     """``argv`` exits 2 with one line naming ``named``, and nothing under ``root`` changed."""
     before = _listing(root)

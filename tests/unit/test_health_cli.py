@@ -264,14 +264,6 @@ def test_the_modules_documentation_is_yaml_that_names_every_option() -> None:
 
 
 @pytest.fixture
-def hosts(tmp_path: Path) -> Path:
-    path = tmp_path / "hosts.yaml"
-    path.write_text("cluster: c1\nhosts:\n  - {name: gpu01, address: 10.0.0.1, slots: 2}\n"
-                    "  - {name: gpu02, address: 10.0.0.2, slots: 2}\n")
-    return path
-
-
-@pytest.fixture
 def rendered(hosts: Path, tmp_path: Path) -> Path:
     """The inventory `up` would have written, and each node's record: 8 GPUs."""
     assert cli.main(["inventory", str(hosts), "-o", str(tmp_path / "inv")]) == 0
