@@ -83,10 +83,7 @@ class Lab:
 
     def down(self) -> None:
         """Remove this lab's containers and network, whatever state they are in."""
-        ids = docker("ps", "-aq", "--filter", f"label={LABEL}={self.name}").split()
-        if ids:
-            docker("rm", "-f", *ids)
-        docker("network", "rm", self.docker_network, check=False)
+        _remove(self.name, [self.docker_network])
 
     def up(self) -> Path:
         """Fresh nodes and a matching hosts.yaml; returns the hosts.yaml path."""
@@ -155,15 +152,7 @@ class Lab:
     def wait_for_ssh(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         for i in range(1, self.nodes + 1):
-            while True:
-                probe = subprocess.run(["docker", "exec", self.container(i), "sh", "-c",
-                                        "test -s /etc/ssh/ssh_host_ed25519_key.pub && pgrep -x sshd"],
-                                       capture_output=True)
-                if probe.returncode == 0:
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{self.container(i)}: sshd did not start")
-                time.sleep(0.3)
+            _wait_for_sshd(self.container(i), deadline - time.monotonic())
 
     def stop(self, index: int) -> None:
         docker("stop", "-t", "1", self.container(index))
@@ -210,11 +199,7 @@ class Gapped:
         return self.workdir / "controller_key"
 
     def down(self) -> None:
-        ids = docker("ps", "-aq", "--filter", f"label={LABEL}={self.name}").split()
-        if ids:
-            docker("rm", "-f", *ids)
-        for network in (self.internal, f"hvdc-{self.name}"):
-            docker("network", "rm", network, check=False)
+        _remove(self.name, [self.internal, f"hvdc-{self.name}"])
 
     def up(self) -> None:
         self.down()
@@ -253,6 +238,15 @@ class Gapped:
     def sh(self, index: int, script: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["docker", "exec", self.container(index), "sh", "-c", script], capture_output=True,
                               text=True)
+
+
+def _remove(name: str, networks: list[str]) -> None:
+    """Remove the containers labelled with this lab's name and its networks, whatever state they are in."""
+    ids = docker("ps", "-aq", "--filter", f"label={LABEL}={name}").split()
+    if ids:
+        docker("rm", "-f", *ids)
+    for network in networks:
+        docker("network", "rm", network, check=False)
 
 
 def _wait_for_sshd(container: str, timeout: float = 60) -> None:
