@@ -38,19 +38,8 @@ def lib() -> ModuleType:
 def read(root: Path, limit: str | None = None, hosts: Iterable[str] = (), quick: bool = False) -> nodestate.Reading:
     """Read every node (or ``limit``) in check mode; ``hosts``: the nodes expected to answer; ``quick``: without
     dcgmi diag."""
-    import time
-
-    from .runner import run_playbook
-
-    events: list[dict] = []
-    start = time.monotonic()
-    result = run_playbook(root, "health.yml", limit=limit, check=True, on_event=events.append,
-                          extravars={"hvd_health_quick": quick})
-    found, missing = nodestate.collect(events, task=HEALTH_TASK, key="reading")
-    for host in hosts:
-        if host not in found and host not in missing:
-            missing[host] = f"no answer (ansible-playbook rc {result.rc}; see {result.log})"
-    return nodestate.Reading(found, missing, result.rc, str(result.log), time.monotonic() - start)
+    return nodestate.read_with("health.yml", root, limit, hosts, {"hvd_health_quick": quick}, task=HEALTH_TASK,
+                               key="reading")
 
 
 def expected_gpus(record: Mapping[str, Any] | None) -> int | None:

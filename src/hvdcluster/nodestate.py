@@ -72,17 +72,24 @@ def read(root: Path, limit: str | None = None, hosts: Iterable[str] = (), look: 
          deep: bool = False) -> Reading:
     """Read every node (or ``limit``) in check mode; ``hosts``: the nodes expected to answer; ``look``: the hosts
     themselves too (``plan --probe``); ``deep``: every env file's sha256 too (``check --deep``)."""
+    extravars = {**({"hvd_state_look": {}} if look else {}), **({"hvd_state_deep": True} if deep else {})}
+    return read_with("state.yml", root, limit, hosts, extravars)
+
+
+def read_with(playbook: str, root: Path, limit: str | None, hosts: Iterable[str], extravars: dict[str, Any],
+              task: str = STATE_TASK, key: str = "state") -> Reading:
+    """Run a read-only ``playbook`` in check mode and collect each node's answer (``task``'s result ``key``); a node
+    of ``hosts`` that gave none is named."""
     import time
 
     from .runner import run_playbook
 
     events: list[dict] = []
     start = time.monotonic()
-    extravars = {**({"hvd_state_look": {}} if look else {}), **({"hvd_state_deep": True} if deep else {})}
-    result = run_playbook(root, "state.yml", limit=limit, check=True, on_event=events.append,
+    result = run_playbook(root, playbook, limit=limit, check=True, on_event=events.append,
                           extravars=extravars or None)
     looks: dict[str, dict[str, Any]] = {}
-    found, missing = collect(events, looks)
+    found, missing = collect(events, looks, task=task, key=key)
     for host in hosts:
         if host not in found and host not in missing:
             missing[host] = f"no answer (ansible-playbook rc {result.rc}; see {result.log})"
