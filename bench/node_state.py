@@ -20,15 +20,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BOOT = ("import sys, runpy, ansible.module_utils as u; u.__path__.append(sys.argv[1]); "
+BOOT = ("import sys, runpy; sys.path.insert(0, sys.argv[1]); "
         "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
 def look(prefix: str, deep: bool) -> tuple[float, float, dict]:
     args = {"cluster": "bench", "env_prefix": prefix, **({"deep": True} if deep else {}), "_ansible_check_mode": True}
     start = time.monotonic()
-    module = ROOT / "library" / "hvd_node_state.py"
-    proc = subprocess.run([sys.executable, "-c", BOOT, str(ROOT / "module_utils"), str(module)],
+    module = ROOT / "plugins" / "modules" / "hvd_node_state.py"
+    proc = subprocess.run([sys.executable, "-c", BOOT, str(ROOT / "collections"), str(module)],
                           input=json.dumps({"ANSIBLE_MODULE_ARGS": args}), capture_output=True, text=True)
     wall = time.monotonic() - start
     if proc.returncode != 0:

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WRITE = "python tests/role_docs.py --write"
 MAX_DEFAULT = 60  # characters of a rendered default before it is shortened
 ELLIPSIS = "…"
+COLLECTION = "hvd.cluster"  # the roles are the hvd.cluster collection's (galaxy.yml): playbooks name them by FQCN
 INCLUDE_MODULES = {f"{prefix}{verb}_role" for prefix in ("", "ansible.builtin.", "ansible.legacy.")
                    for verb in ("include", "import")}
 
@@ -210,7 +211,7 @@ def _playbooks_running(role: str, root: Path) -> list[tuple[str, str]]:
         for play in _plays(path):
             names = [entry if isinstance(entry, str) else (entry or {}).get("role", (entry or {}).get("name"))
                      for entry in play.get("roles") or []]
-            if role in names:
+            if f"{COLLECTION}.{role}" in names:
                 found.append((path.relative_to(root).as_posix(), str(play.get("name") or "")))
     return found
 
@@ -240,7 +241,7 @@ def _included_by(role: str, root: Path) -> list[str]:
             except RoleDocError:
                 continue
             for args in _includes(tasks):
-                if args.get("name") == role:
+                if args.get("name") == f"{COLLECTION}.{role}":
                     entry = str(args.get("tasks_from") or "main").removesuffix(".yml").removesuffix(".yaml")
                     users.add(other.name if entry == "main" else f"{other.name} (`tasks_from: {entry}`)")
     return sorted(users)
@@ -313,9 +314,9 @@ def render(role_dir: Path) -> str:
               "Defaults come from the entry point's spec, else from defaults/main.yml (which every entry point loads).", ""]
     for name, spec in entry_points.items():
         if name == "main":
-            lines += ["### `main`", "", f"`roles: [{role}]`, or `include_role: {{name: {role}}}`.", ""]
+            lines += ["### `main`", "", f"`roles: [{COLLECTION}.{role}]`, or `include_role: {{name: {COLLECTION}.{role}}}`.", ""]
         else:
-            lines += [f"### `{name}`", "", f"`include_role: {{name: {role}, tasks_from: {name}}}`.", ""]
+            lines += [f"### `{name}`", "", f"`include_role: {{name: {COLLECTION}.{role}, tasks_from: {name}}}`.", ""]
             for paragraph in _paragraphs(spec.get("short_description")) + _paragraphs(spec.get("description")):
                 lines += [paragraph, ""]
         lines += [*_table(_mapping(spec.get("options"), role_dir, f"{name}.options"), defaults), ""]

@@ -18,7 +18,7 @@ SHARED_ROLES = {"hvd_gpu_component", "hvd_fanout"}
 # Roles with a playbook of their own that is not a converge step (site.yml does not import it).
 OUTSIDE_SITE = {"hvd_bundle"}  # hvdcluster bundle: gathers an offline bundle on one connected node
 # Playbooks of no role that only read the nodes for a command of their own: no converge step either.
-READ_ONLY_OUTSIDE_SITE = {"health.yml"}  # hvdcluster health (library/hvd_health_read.py)
+READ_ONLY_OUTSIDE_SITE = {"health.yml"}  # hvdcluster health (plugins/modules/hvd_health_read.py)
 PLAYBOOKS = sorted((ROOT / "playbooks").glob("*.yml"))
 
 
@@ -62,7 +62,7 @@ def test_role_variables_carry_the_role_prefix(role: Path) -> None:
 @pytest.mark.parametrize("role", [r for r in ROLES if r.name in SHARED_ROLES], ids=lambda p: p.name)
 def test_shared_role_is_used_by_roles_that_have_playbooks(role: Path) -> None:
     users = [r.name for r in ROLES if r != role and any(
-        f"name: {role.name}" in path.read_text() for path in (r / "tasks").glob("*.yml"))]
+        f"name: hvd.cluster.{role.name}" in path.read_text() for path in (r / "tasks").glob("*.yml"))]
     assert users and not (ROOT / "playbooks" / (role.name.removeprefix("hvd_") + ".yml")).exists()
 
 
@@ -70,7 +70,7 @@ def test_shared_role_is_used_by_roles_that_have_playbooks(role: Path) -> None:
 def test_role_has_its_own_playbook_tagged_with_its_name(role: Path) -> None:
     playbook = ROOT / "playbooks" / (role.name.removeprefix("hvd_") + ".yml")
     plays = yaml.safe_load(playbook.read_text())
-    assert {"role": role.name, "tags": [role.name]} in plays[0]["roles"]
+    assert {"role": f"hvd.cluster.{role.name}", "tags": [role.name]} in plays[0]["roles"]
     site = (ROOT / "playbooks" / "site.yml").read_text()
     assert (f"import_playbook: {playbook.name}" in site) != (role.name in OUTSIDE_SITE)
 
@@ -130,7 +130,7 @@ def test_the_gpu_component_wheel_hashes_are_the_ones_the_matrix_pins() -> None:
 def test_no_role_stages_work_under_a_world_writable_folder() -> None:
     """Work goes to the private /var/lib/hvdcluster (hvd_workdir), never a predictable name in /tmp or /var/tmp."""
     pattern = re.compile(r"(?<![\w/])(/var/tmp|/tmp|/dev/shm)/")
-    for path in [*ROOT.glob("roles/**/*.yml"), *ROOT.glob("roles/**/*.py"), *ROOT.glob("library/*.py"), *ROOT.glob("filter_plugins/*.py")]:
+    for path in [*ROOT.glob("roles/**/*.yml"), *ROOT.glob("roles/**/*.py"), *ROOT.glob("plugins/**/*.py")]:
         text = path.read_text()
         assert not pattern.search(text), f"{path}: {pattern.search(text).group(0)}"
 
@@ -169,7 +169,7 @@ def test_role_readme_shows_every_entry_point_and_marks_required_options(tmp_path
     text = role_docs.render(role)
 
     assert text.index("### `main`") < text.index("### `extra`")
-    assert "include_role: {name: hvd_demo, tasks_from: extra}" in text
+    assert "include_role: {name: hvd.cluster.hvd_demo, tasks_from: extra}" in text
     assert "| `hvd_demo_lines` | list of str | **required** |  | Lines. |" in text
     assert "| `hvd_demo_mode` | str | `a` | `a`, `b` | Mode \\| kind. |" in text
     assert "| `hvd_demo_opaque` | raw |  |  | No default anywhere. |" in text

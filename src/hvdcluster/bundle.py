@@ -1,7 +1,7 @@
 """``hvdcluster bundle``: gather an offline bundle on a connected node; ``bundle --verify``; ``up --bundle``'s check.
 
 The manifest's reader, its trust (a pinned sha256 or an OpenSSH signature) and the bundle's layout live in
-``module_utils/hvd_bundle.py``, which the controller-side module of hvd_base uses too: the command and a hand-run
+``plugins/module_utils/hvd_bundle.py``, which the controller-side module of hvd_base uses too: the command and a hand-run
 playbook judge a bundle alike.
 """
 
@@ -20,7 +20,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from . import paths
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bundle
+
 from .errors import HvdError
 
 # Folders whose files the manifest lists; `bundle --verify` names a file in one of them that the manifest does not list.
@@ -31,8 +32,8 @@ MARKER = ".hvdcluster-bundle"
 
 
 def manifest_lib() -> ModuleType:
-    """module_utils/hvd_bundle.py: the manifest's reader, shared with the hvd_bundle module."""
-    return paths.module_utils("hvd_bundle")
+    """plugins/module_utils/hvd_bundle.py: the manifest's reader, shared with the hvd_bundle module."""
+    return hvd_bundle
 
 
 def load(folder: str | os.PathLike[str]) -> dict:

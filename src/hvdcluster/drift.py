@@ -276,7 +276,7 @@ NOT_REPAIRED = "still differs after the converge"
 UNREPAIRABLE = "no role repairs it"
 
 # Items whose value alone says the node is not as installed, whatever its record or its peers say. driver.next_boot:
-# the kernel the node boots next has no NVIDIA module (module_utils/hvd_kernel.py); absent on CPU nodes and in
+# the kernel the node boots next has no NVIDIA module (plugins/module_utils/hvd_kernel.py); absent on CPU nodes and in
 # containers.
 SELF_EVIDENT = {"env.files": ("ok", ABSENT), "driver.next_boot": ("ok", ABSENT)}
 
@@ -361,7 +361,7 @@ def _show(value: Any, width: int = VALUE_WIDTH) -> str:
     return text
 
 
-# Managed blocks the state module reads as text (module_utils/hvd_state.block_text): a difference names the lines.
+# Managed blocks the state module reads as text (plugins/module_utils/hvd_state.block_text): a difference names the lines.
 BLOCK_ITEMS = ("base.hosts", "mesh.ssh_config")
 
 

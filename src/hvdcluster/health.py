@@ -1,8 +1,8 @@
 """Node health on the controller: reading every node (playbooks/health.yml) and judging what it read.
 
 - ``read(root, limit, hosts, quick)`` runs playbooks/health.yml in check mode (one read-only module call per node,
-  library/hvd_health_read.py, as the login user) and collects each node's reading from the run's events.
-- ``judge(node, reading, expected_gpus)`` applies module_utils/hvd_health.py's rules to one reading; every finding
+  plugins/modules/hvd_health_read.py, as the login user) and collects each node's reading from the run's events.
+- ``judge(node, reading, expected_gpus)`` applies plugins/module_utils/hvd_health.py's rules to one reading; every finding
   keeps that module's shape ``{item, severity, found, expected, fix, source}`` plus ``node``. ``notes`` names what
   could not be judged on the node and why (no NVIDIA device, no InfiniBand adapter, no NVSwitch, no dcgmi).
 - ``assess``, ``render``, ``to_json``, ``exit_code``: the report, folded the way ``clush -b`` folds output.
@@ -19,7 +19,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from . import nodestate, paths
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_health
+
+from . import nodestate
 from .drift import fold
 
 HEALTH_TASK = "Read the node's health"
@@ -31,8 +33,8 @@ ON_PCI = "the NVIDIA GPUs on the PCI bus"
 
 
 def lib() -> ModuleType:
-    """module_utils/hvd_health.py: the parsers and rules, shared with the node side."""
-    return paths.module_utils("hvd_health")
+    """plugins/module_utils/hvd_health.py: the parsers and rules, shared with the node side."""
+    return hvd_health
 
 
 def read(root: Path, limit: str | None = None, hosts: Iterable[str] = (), quick: bool = False) -> nodestate.Reading:
@@ -119,7 +121,7 @@ def _fabricmanager_findings(reading: Mapping[str, Any], smi: dict[str, Any]) -> 
 
 
 def judge(node: str, reading: Mapping[str, Any], expected_gpus: int | None = None) -> list[dict[str, str]]:
-    """Every finding on ``node``'s reading (library/hvd_health_read.py's ``reading``), each with ``node``.
+    """Every finding on ``node``'s reading (plugins/modules/hvd_health_read.py's ``reading``), each with ``node``.
 
     ``expected_gpus``: the GPUs the node should have (expected_gpus(record)); None: the NVIDIA GPUs on its PCI bus.
     A node with no NVIDIA device and none expected has no GPU finding (``notes`` says so).

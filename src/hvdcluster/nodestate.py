@@ -175,7 +175,7 @@ def inputs_digest(root: Path) -> str:
     home = paths.ansible_home()
     for part in ("ansible.cfg",):
         digest.update((home / part).read_bytes())
-    for folder in ("roles", "playbooks", "library", "module_utils", "filter_plugins"):
+    for folder in ("roles", "playbooks", "plugins"):
         if (home / folder).is_dir():
             _digest_tree(digest, home / folder, folder)
     return digest.hexdigest()

@@ -2,7 +2,7 @@
 models and the loaded NVIDIA driver.
 
 It is the same probe as the pre-flight's and ``check``'s: playbooks/state.yml in check mode, whose one module call
-per node (library/hvd_node_state.py) also looks at the host when asked (``hvd_state_look``). The nodes are reached
+per node (plugins/modules/hvd_node_state.py) also looks at the host when asked (``hvd_state_look``). The nodes are reached
 through a connection-only inventory in a temporary folder; host keys are pinned exactly as the playbook runs pin
 them, in ``<inventory>/ssh/known_hosts`` (keys pinned in hosts.yaml are written there first and checked strictly;
 another node's key seen for the first time is recorded; a changed key is refused), and the run's log stays in

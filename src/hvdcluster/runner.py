@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -30,14 +31,35 @@ class RunResult:
     artifacts: Path  # job_events/, stdout, rc ... of this run
 
 
-def _ansible_env() -> dict[str, str]:
+DEFAULT_COLLECTIONS_PATH = "~/.ansible/collections:/usr/share/ansible/collections"  # ansible-core's default
+
+
+def collections_path(environ: dict[str, str] | os._Environ[str]) -> list[str]:
+    """Ansible's collections path for a run: the hvd.cluster this command ships first (Ansible takes the first copy
+    it finds), then the operator's path, so their other collections still resolve."""
+    theirs = environ.get("ANSIBLE_COLLECTIONS_PATH") or environ.get("ANSIBLE_COLLECTIONS_PATHS") or DEFAULT_COLLECTIONS_PATH
+    return [str(paths.collections_dir()), *(part for part in theirs.split(os.pathsep) if part)]
+
+
+@functools.cache
+def _announce_other_collections(search: tuple[str, ...]) -> None:
+    """Say once per command which hvd.cluster runs when the operator has another copy installed (it does not run)."""
+    others = paths.other_collections([Path(p) for p in (*search, *sys.path) if p])
+    if others:
+        home = paths.ansible_home()
+        ignored = "; ".join(f"{version} at {root}" for root, version in others)
+        print(f"hvdcluster: runs hvd.cluster {paths.collection_version(home)} from {home} (another copy is installed "
+              f"and not used: {ignored})", file=sys.stderr)
+
+
+def _ansible_env(environ: dict[str, str] | os._Environ[str] | None = None) -> dict[str, str]:
+    environ = os.environ if environ is None else environ
     home = paths.ansible_home()
+    search = collections_path(environ)
+    _announce_other_collections(tuple(search[1:]))
     return {
         "ANSIBLE_CONFIG": str(home / "ansible.cfg"),
-        "ANSIBLE_ROLES_PATH": str(home / "roles"),
-        "ANSIBLE_LIBRARY": str(home / "library"),
-        "ANSIBLE_MODULE_UTILS": str(home / "module_utils"),
-        "ANSIBLE_FILTER_PLUGINS": str(home / "filter_plugins"),
+        "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(search),
         # ansible-runner turns host key checking off unless told otherwise. We never do (nor does paramiko).
         "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_PARAMIKO_HOST_KEY_AUTO_ADD": "False",
@@ -69,7 +91,7 @@ def run_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
     """What a run sets over the operator's environment (which ansible-runner passes on): hvdcluster's own
     configuration, and host key checking on for both connection plugins, whatever ANSIBLE_* says."""
     check_environment(environ)
-    return _ansible_env()
+    return _ansible_env(environ)
 
 
 _SECRET_NAME = re.compile(r"PASS|TOKEN|SECRET|CRED|AUTH|_KEY$|^AWS_|PROXY", re.I)

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import re
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.cluster.conftest import SUDO_USER, assert_no_trap_fired, task_outcomes
+from tests.conftest import BIN, ROOT
 from tests.lab import Lab
 
 pytestmark = pytest.mark.containers
@@ -29,7 +34,11 @@ def test_wheel_install_runs_from_outside_the_checkout_with_its_own_ansible_conte
     proc = subprocess.run([str(hvd.bin / "python"), "-c", "from hvdcluster import paths; print(paths.ansible_home())"],
                           cwd=hvd.cwd, capture_output=True, text=True, check=True)
     home = proc.stdout.strip()
-    assert home.startswith(str(hvd.bin.parent)) and home.endswith("hvdcluster/_ansible")
+    assert home.startswith(str(hvd.bin.parent)) and home.endswith("site-packages/ansible_collections/hvd/cluster")
+    versions = subprocess.run([str(hvd.bin / "python"), "-c", "import importlib.metadata as m; from hvdcluster import "
+                               "paths; print(m.version('hvdcluster'), paths.collection_version(paths.ansible_home()))"],
+                              cwd=hvd.cwd, capture_output=True, text=True, check=True).stdout.split()
+    assert versions[0] == versions[1] == yaml.safe_load((ROOT / "galaxy.yml").read_text())["version"]
 
 
 def test_up_converges_every_node_and_every_node_reaches_every_other(hvd, lab3: Lab) -> None:
@@ -56,6 +65,28 @@ def test_second_up_changes_nothing(hvd) -> None:
     assert {name: h["changed"] for name, h in doc["hosts"].items()} == {"node1": 0, "node2": 0, "node3": 0}
     assert all(h["status"] == "up-to-date" for h in doc["hosts"].values())
     assert doc["fast_path"]["in_sync"] == ["node1", "node2", "node3"]
+
+
+def test_the_built_collection_installed_elsewhere_runs_a_playbook_by_its_fqcn_and_changes_nothing(
+        hvd, lab3: Lab, tmp_path: Path) -> None:
+    """`ansible-galaxy collection build` of the checkout, installed into a folder of its own, is the only hvd.cluster
+    Ansible can find (no scan of the import path, where the wheel's and the checkout's copies are): the operator's
+    `ansible-playbook hvd.cluster.ssh_mesh -i inventories/<cluster>` runs it against the converged cluster."""
+    galaxy = BIN / "ansible-galaxy"
+    subprocess.run([str(galaxy), "collection", "build", "--output-path", str(tmp_path / "dist"), str(ROOT)],
+                   check=True, capture_output=True, text=True)
+    [artifact] = (tmp_path / "dist").glob("hvd-cluster-*.tar.gz")
+    assert artifact.name == f"hvd-cluster-{yaml.safe_load((ROOT / 'galaxy.yml').read_text())['version']}.tar.gz"
+    subprocess.run([str(galaxy), "collection", "install", "-p", str(tmp_path / "colls"), str(artifact)],
+                   check=True, capture_output=True, text=True)
+    installed = tmp_path / "colls" / "ansible_collections" / "hvd" / "cluster"
+    env = {**os.environ, "ANSIBLE_CONFIG": str(installed / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_COLLECTIONS_PATH": str(tmp_path / "colls"), "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH": "False"}
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "inventories/ct3", "hvd.cluster.ssh_mesh"],
+                          cwd=lab3.workdir, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    recap = re.findall(r"^(node\d)\s*: ok=\d+\s+changed=(\d+)\s+unreachable=0\s+failed=0", proc.stdout, re.M)
+    assert sorted(recap) == [("node1", "0"), ("node2", "0"), ("node3", "0")], proc.stdout[-3000:]
 
 
 def test_check_mode_on_a_converged_cluster_changes_nothing(hvd) -> None:

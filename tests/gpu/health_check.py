@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""This node's health read from its real GPU tools and judged by module_utils/hvd_health.py, the rules
+"""This node's health read from its real GPU tools and judged by plugins/module_utils/hvd_health.py, the rules
 `hvdcluster health` applies (run by run_gpu_checks.sh on a GPU machine; the rest of the suite judges recorded outputs).
 
     tests/gpu/health_check.py [--nccl-log allreduce.log] [--under-load]
@@ -16,8 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "module_utils"))
-import hvd_health  # noqa: E402  (stdlib only: no Ansible needed on the node)
+# the checkout's collections/ folder: ansible_collections/hvd/cluster is the checkout (stdlib only: no Ansible needed)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "collections"))
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_health  # noqa: E402
 
 
 def run(*argv: str) -> str:

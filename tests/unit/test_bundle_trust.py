@@ -417,14 +417,14 @@ def test_verify_prints_the_manifest_sha256(folder: Path, capsys: pytest.CaptureF
 def test_the_module_checks_a_pin_or_signers_when_given(folder: Path, tmp_path: Path) -> None:
     """hvd_bundle (hvd_base's controller side) run as Ansible runs it: a pin that does not match fails it."""
     root = Path(__file__).resolve().parents[2]
-    boot = ("import sys, runpy, ansible.module_utils as u; u.__path__.append(sys.argv[1]); "
+    boot = ("import sys, runpy; sys.path.insert(0, sys.argv[1]); "
             "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')")
     args = tmp_path / "args.json"
     for pin, ok in (("0" * 64, False), (digest(folder / "manifest.yaml"), True)):
         args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"path": str(folder), "cache_dir": str(tmp_path / "c"),
                                                             "manifest_sha256": pin}}))
-        proc = subprocess.run([sys.executable, "-c", boot, str(root / "module_utils"),
-                               str(root / "library" / "hvd_bundle.py"), str(args)], capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, "-c", boot, str(root / "collections"),
+                               str(root / "plugins" / "modules" / "hvd_bundle.py"), str(args)], capture_output=True, text=True,
                               env={**os.environ, "PYTHONPATH": ""})
         result = json.loads(proc.stdout)
         assert bool(result.get("failed")) is not ok, result

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import pytest
@@ -10,9 +9,7 @@ import pytest
 from hvdcluster.progress import Tracker, transfer_line, transfer_report
 from tests.conftest import ROOT
 
-_spec = importlib.util.spec_from_file_location("hvd_fanout_filters", ROOT / "filter_plugins" / "hvd_fanout.py")
-fanout = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fanout)
+from ansible_collections.hvd.cluster.plugins.filter import hvd_fanout as fanout
 
 
 def nodes(n: int) -> list[str]:

@@ -1,4 +1,4 @@
-"""Cluster policy kept in filter plugins (filter_plugins/hvd_horovod.py, hvd_cluster.py), called without Ansible.
+"""Cluster policy kept in filter plugins (plugins/filter/hvd_horovod.py, hvd_cluster.py), called without Ansible.
 
 The Horovod build environment and what its --check-build must list; the reading of that output; the member list
 every role derives from the inventory.
@@ -6,7 +6,7 @@ every role derives from the inventory.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 from types import ModuleType
 
 import pytest
@@ -16,10 +16,7 @@ from tests.conftest import ROOT
 
 
 def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"{name}_filters", ROOT / "filter_plugins" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module(f"ansible_collections.hvd.cluster.plugins.filter.{name}")
 
 
 horovod = _load("hvd_horovod")

@@ -1,4 +1,4 @@
-"""GPU component policy (filter_plugins/hvd_gpu.py) over the components' own data (roles/hvd_gpu_component/vars).
+"""GPU component policy (plugins/filter/hvd_gpu.py) over the components' own data (roles/hvd_gpu_component/vars).
 
 These are the decisions the NVIDIA repository and the other OSes would exercise on real nodes, which this machine
 cannot reach: package names and pins, wheel pins with their hashes, where each component lives and how its version
@@ -7,7 +7,6 @@ is read. They run here without Ansible or a GPU.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -16,9 +15,7 @@ import yaml
 from hvdcluster import compat
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("hvd_gpu_filters", ROOT / "filter_plugins" / "hvd_gpu.py")
-gpu = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gpu)
+from ansible_collections.hvd.cluster.plugins.filter import hvd_gpu as gpu
 
 HASHES = compat.nvidia_wheel_sha256()
 

@@ -1,4 +1,4 @@
-"""module_utils/hvd_health.py: parsers, rules and the all_reduce bandwidth floor over recorded tool output.
+"""plugins/module_utils/hvd_health.py: parsers, rules and the all_reduce bandwidth floor over recorded tool output.
 
 No GPU, NVSwitch or InfiniBand adapter is reachable here, so the GPU and fabric outputs are recorded ones: real
 captures from public repositories and issues, read in place from ../shared/fixtures-gpu next to the checkout (its
@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from hvdcluster.paths import module_utils
 from tests.conftest import gpu_fixture
 
-health = module_utils("hvd_health")
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_health as health
 
 H100_Q = "nvidia-smi-q_h100-8gpu_535.183.01.txt"
 H100_Q_565 = "nvidia-smi-q_h100-sxm-8gpu_565.57.01.txt"

@@ -47,7 +47,7 @@ def pci(gpus: int, switches: int = 0) -> list[dict[str, str]]:
 
 
 def reading(**fields: object) -> dict:
-    """A node's reading as library/hvd_health_read.py returns it: a CPU node (nothing NVIDIA, no InfiniBand, the
+    """A node's reading as plugins/modules/hvd_health_read.py returns it: a CPU node (nothing NVIDIA, no InfiniBand, the
     kernel log readable and quiet) with ``fields`` over it."""
     base = {"user": "hvdadmin", "nvidia_smi_q": None, "nvidia_smi_q_error": "nvidia-smi: not installed",
             "nvlink": None, "nvlink_error": "nvidia-smi: not installed", "kernel_log": "", "kernel_log_error": "",
@@ -253,7 +253,7 @@ def test_the_modules_documentation_is_yaml_that_names_every_option() -> None:
 
     import yaml
 
-    tree = ast.parse((ROOT / "library" / "hvd_health_read.py").read_text())
+    tree = ast.parse((ROOT / "plugins" / "modules" / "hvd_health_read.py").read_text())
     docs = {node.targets[0].id: yaml.safe_load(node.value.value) for node in tree.body if isinstance(node, ast.Assign)
             and getattr(node.targets[0], "id", "") in ("DOCUMENTATION", "EXAMPLES", "RETURN")}
     assert set(docs["DOCUMENTATION"]["options"]) == {"quick", "timeout", "path", "root"}

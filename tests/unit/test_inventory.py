@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
+import importlib
 import json
 import os
 import re
@@ -210,9 +210,7 @@ def test_the_horovod_sdist_pin_is_written_beside_the_horovod_version(cluster: sp
 
 
 def _member_filters():
-    spec_ = importlib.util.spec_from_file_location("hvd_cluster_filters", ROOT / "filter_plugins" / "hvd_cluster.py")
-    module = importlib.util.module_from_spec(spec_)
-    spec_.loader.exec_module(module)
+    module = importlib.import_module("ansible_collections.hvd.cluster.plugins.filter.hvd_cluster")
     return module
 
 
@@ -257,7 +255,7 @@ def test_roles_take_the_members_the_inventory_wrote(cluster: spec.ClusterSpec, t
     cluster_yml = root / "group_vars" / "all" / "cluster.yml"
     cluster_yml.write_text(cluster_yml.read_text().replace("slots: 2", "slots: 7"))  # edited by hand
     ansible = Path(sys.executable).parent / "ansible"
-    expression = "{{ groups['hvd_nodes'] | hvd_members(hostvars, hvd_members | default([])) | to_json }}"
+    expression = "{{ groups['hvd_nodes'] | hvd.cluster.hvd_members(hostvars, hvd_members | default([])) | to_json }}"
     proc = subprocess.run(
         [str(ansible), "gpu02", "-i", str(root), "-m", "ansible.builtin.debug", "-a", json.dumps({"msg": expression})],
         capture_output=True, text=True, check=True,

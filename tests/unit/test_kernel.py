@@ -1,4 +1,4 @@
-"""module_utils/hvd_kernel.py: the next boot kernel, its NVIDIA modules, DKMS, nouveau and unattended-upgrades,
+"""plugins/module_utils/hvd_kernel.py: the next boot kernel, its NVIDIA modules, DKMS, nouveau and unattended-upgrades,
 read from real folder trees in tmp_path and from recorded command output (/work/shared/fixtures-gpu, read in place).
 
 What a GPU node would add: a real DKMS build against real headers, a real reboot into the next kernel and
@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from hvdcluster.paths import module_utils
 from tests.conftest import gpu_fixture
 
-hk = module_utils("hvd_kernel")  # as the modules import it: ansible.module_utils.hvd_kernel
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_kernel as hk
 
 NEW, OLD = "6.1.0-27-amd64", "6.1.0-13-amd64"
 UUID = "3f1c6a2e-9b7d-4c51-8e0a-2d5b7f9c1e44"

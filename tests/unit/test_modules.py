@@ -1,4 +1,4 @@
-"""hvdcluster's own Ansible modules (library/), tested through their functions and as Ansible runs them.
+"""hvdcluster's own Ansible modules (plugins/modules/), tested through their functions and as Ansible runs them.
 
 These run as root (as the modules do on a node: become) against real folders and real tar/zstd.
 """
@@ -16,14 +16,10 @@ import pytest
 
 from tests.conftest import ROOT
 
-import ansible.module_utils  # noqa: E402  the modules import their helpers as Ansible ships them
-
-ansible.module_utils.__path__.append(str(ROOT / "module_utils"))
-sys.path.insert(0, str(ROOT / "library"))
-import hvd_artifact  # noqa: E402
-import hvd_dist_record  # noqa: E402
-import hvd_tree  # noqa: E402
-import hvd_workdir  # noqa: E402
+from ansible_collections.hvd.cluster.plugins.modules import hvd_artifact
+from ansible_collections.hvd.cluster.plugins.modules import hvd_dist_record
+from ansible_collections.hvd.cluster.plugins.modules import hvd_tree
+from ansible_collections.hvd.cluster.plugins.modules import hvd_workdir
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="the modules run as root (become) on nodes")
 
@@ -120,9 +116,10 @@ def test_a_damaged_cache_entry_is_found_and_named(tmp_path: Path, damage: str) -
 def run_module(name: str, args: dict, check: bool = False, env: dict | None = None) -> dict:
     """Run a module the way Ansible does: its file with the arguments as JSON on stdin (``env``: its environment)."""
     payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check}}
-    boot = ("import sys, runpy, ansible.module_utils as u; u.__path__.append(sys.argv[1]); "
+    # the collection's folder on the import path, as Ansible's module packaging puts it
+    boot = ("import sys, runpy; sys.path.insert(0, sys.argv[1]); "
             "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')")
-    proc = subprocess.run([sys.executable, "-c", boot, str(ROOT / "module_utils"), str(ROOT / "library" / f"{name}.py")],
+    proc = subprocess.run([sys.executable, "-c", boot, str(ROOT / "collections"), str(ROOT / "plugins" / "modules" / f"{name}.py")],
                           input=json.dumps(payload), capture_output=True, text=True, env=env)
     return json.loads(proc.stdout)
 
@@ -229,7 +226,7 @@ import socket  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 
-import hvd_lease  # noqa: E402
+from ansible_collections.hvd.cluster.plugins.modules import hvd_lease
 
 ME = {"pid": os.getpid(), "start": hvd_lease.process(os.getpid())["start"]}  # a live holder: this test process
 
@@ -425,7 +422,7 @@ def test_a_run_holds_the_lease_by_its_ansible_playbook_pid_and_when_killed_the_n
     entry = str(tmp_path / "cache" / "envs" / "env-k.tar.zst")
     later = tmp_path / "later-task-ran"
     killed = ansible_playbook(playbook(tmp_path, "killed", [
-        {"hvd_lease": {"path": entry, "run_id": "killed-run"}},
+        {"hvd.cluster.hvd_lease": {"path": entry, "run_id": "killed-run"}},
         {"ansible.builtin.file": {"path": str(later), "state": "touch", "mode": "0644"}},
         {"ansible.builtin.pause": {"seconds": 120}},
     ]), start_new_session=True)
@@ -445,11 +442,11 @@ def test_a_run_holds_the_lease_by_its_ansible_playbook_pid_and_when_killed_the_n
         os.kill(holder["pid"], 0)
     assert Path(entry + ".lease").exists()  # a killed run releases nothing...
     nxt = ansible_playbook(playbook(tmp_path, "next", [
-        {"hvd_lease": {"path": entry, "run_id": "next-run", "timeout": 5}, "register": "lease"},
+        {"hvd.cluster.hvd_lease": {"path": entry, "run_id": "next-run", "timeout": 5}, "register": "lease"},
         {"ansible.builtin.assert": {"that": [
             "lease.acquired", "not lease.waited", "lease.took_over.run_id == 'killed-run'",
             "lease.stale_reason is search('is gone')"]}},
-        {"hvd_lease": {"path": entry, "run_id": "next-run", "state": "released"}},
+        {"hvd.cluster.hvd_lease": {"path": entry, "run_id": "next-run", "state": "released"}},
     ]))
     out = nxt.communicate(timeout=300)[0]
     assert nxt.returncode == 0, out  # ...and does not block the next one
@@ -581,7 +578,7 @@ def test_an_archive_rewritten_in_place_while_root_reads_it_is_refused(tmp_path: 
 def test_a_wheel_swapped_between_the_check_and_the_install_is_copied_as_verified(tmp_path: Path) -> None:
     """hvd_artifact state=copied: root copies the login user's wheel into its own folder hashing what it writes;
     the wheel swapped mid-copy changes nothing, a wheel rewritten in place is refused and leaves no file."""
-    from ansible.module_utils.hvd_files import copy_verified
+    from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import copy_verified
 
     good_bytes = os.urandom(3 << 20)
     wheel = tmp_path / "horovod-0.28.1-cp311-linux_x86_64.whl"

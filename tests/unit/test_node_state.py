@@ -14,13 +14,8 @@ import pytest
 from tests.conftest import ROOT
 from tests.unit.test_modules import run_module
 
-import ansible.module_utils  # noqa: E402  the modules import their helpers as Ansible ships them
-
-if str(ROOT / "module_utils") not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(ROOT / "module_utils"))
-sys.path.insert(0, str(ROOT / "library"))
-import hvd_tree  # noqa: E402
-from ansible.module_utils import hvd_files, hvd_state  # noqa: E402
+from ansible_collections.hvd.cluster.plugins.modules import hvd_tree
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_files, hvd_state
 
 CLUSTER = "lab"
 PREFIX = "/opt/hvd/env"
@@ -315,7 +310,7 @@ def test_the_ssh_path_is_the_one_etc_environment_sets(node: Path) -> None:
 
 
 def test_gpu_models_come_from_the_driver_when_nvidia_smi_cannot_say(node: Path) -> None:
-    from ansible.module_utils import hvd_host
+    from ansible_collections.hvd.cluster.plugins.module_utils import hvd_host
 
     for bus, model in (("0000:17:00.0", "NVIDIA H100 80GB HBM3"), ("0000:65:00.0", "NVIDIA H100 80GB HBM3")):
         write(node, f"/proc/driver/nvidia/gpus/{bus}/information", f"Model: \t\t {model}\nIRQ:   42\n")

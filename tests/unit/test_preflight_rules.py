@@ -6,16 +6,12 @@ kernel and clock, one bridge): these tests feed the judge what such nodes report
 from __future__ import annotations
 
 import copy
-import importlib.util
 
 import pytest
 
 from tests.conftest import ROOT
 
-_spec = importlib.util.spec_from_file_location(
-    "hvd_preflight_filters", ROOT / "filter_plugins" / "hvd_preflight.py")
-rules = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(rules)
+from ansible_collections.hvd.cluster.plugins.filter import hvd_preflight as rules
 
 PLAN = {
     "set_hostname": False, "supported_os": {"Debian": ["12"], "Ubuntu": ["22.04", "24.04"]}, "tmp_dir": "/tmp",

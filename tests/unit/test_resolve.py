@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 
-MODULE = ROOT / "roles" / "hvd_base" / "library" / "hvd_resolve.py"
+MODULE = ROOT / "plugins" / "modules" / "hvd_resolve.py"
 
 HOSTS = """\
 127.0.0.1 localhost

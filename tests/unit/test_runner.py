@@ -80,3 +80,29 @@ def test_run_ids_are_unique_and_secrets_in_the_recorded_environment_are_redacted
     assert "s3cret" not in recorded and "t0ken" not in recorded
     env = json.loads(recorded)["env"]
     assert env["HVD_HARMLESS"] == "plain" and env["ANSIBLE_HOST_KEY_CHECKING"] == "True"
+
+
+def test_a_run_finds_the_collection_this_command_ships_first_and_names_another_installed_copy(
+        tmp_path: Path, capsys) -> None:
+    """The operator's own hvd.cluster (here 0.0.9, as ansible-galaxy installs it: MANIFEST.json) stays on the path
+    for their other collections but comes after ours, and the command says once which copy runs."""
+    from hvdcluster import runner
+
+    other = tmp_path / "mine" / "ansible_collections" / "hvd" / "cluster"
+    other.mkdir(parents=True)
+    (other / "MANIFEST.json").write_text(json.dumps({"collection_info": {"namespace": "hvd", "name": "cluster",
+                                                                         "version": "0.0.9"}}))
+    theirs = f"{tmp_path / 'mine'}:{tmp_path / 'absent'}"
+    runner._announce_other_collections.cache_clear()
+    env = runner.run_environment({"ANSIBLE_COLLECTIONS_PATH": theirs})
+    search = env["ANSIBLE_COLLECTIONS_PATH"].split(os.pathsep)
+    assert search == [str(paths.collections_dir()), str(tmp_path / "mine"), str(tmp_path / "absent")]
+    assert (paths.collections_dir() / "ansible_collections" / "hvd" / "cluster").resolve() == paths.ansible_home()
+    ours = paths.collection_version(paths.ansible_home())
+    err = capsys.readouterr().err
+    assert f"runs hvd.cluster {ours} from {paths.ansible_home()}" in err and f"0.0.9 at {other}" in err
+    runner.run_environment({"ANSIBLE_COLLECTIONS_PATH": theirs})
+    assert "another copy" not in capsys.readouterr().err  # said once per command
+    runner._announce_other_collections.cache_clear()
+    runner.run_environment({"ANSIBLE_COLLECTIONS_PATH": str(tmp_path / "absent")})
+    assert "another copy" not in capsys.readouterr().err

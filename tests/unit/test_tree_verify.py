@@ -13,12 +13,7 @@ from pathlib import Path
 from tests.conftest import ROOT
 from tests.unit.test_modules import UNPACK, make_archive, run_module, sha
 
-import ansible.module_utils  # noqa: E402  the modules import their helpers as Ansible ships them
-
-if str(ROOT / "module_utils") not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(ROOT / "module_utils"))
-sys.path.insert(0, str(ROOT / "library"))
-import hvd_tree  # noqa: E402
+from ansible_collections.hvd.cluster.plugins.modules import hvd_tree
 
 SKIP = {".hvdcluster", ".hvd-env-key"}
 

@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Reads every node in one read-only module call (check mode, no sudo): nvidia-smi -q "
                        "and nvlink -s, the kernel log's Xid and SXid events, the InfiniBand ports, the loaded nvidia "
                        "modules, the NVIDIA PCI devices, Fabric Manager and dcgmi diag -r 1; judges them against the "
-                       "thresholds and meanings of module_utils/hvd_health.py, each finding naming its source. "
+                       "thresholds and meanings of plugins/module_utils/hvd_health.py, each finding naming its source. "
                        "Exit code 0 healthy, 1 a failure or a node not read, 2 bad input. Warnings are printed but "
                        "leave the exit code 0.")
     read_only(p)

@@ -75,7 +75,7 @@ def host_vars(spec: ClusterSpec) -> dict[str, dict[str, Any]]:
 
 def members(spec: ClusterSpec) -> list[dict[str, Any]]:
     """Every member in inventory order, as the roles use it: name, fabric address, the SSH port the other nodes
-    use, slots. The rules of filter_plugins/hvd_cluster.py, which derives the same list from the host variables
+    use, slots. The rules of plugins/filter/hvd_cluster.py, which derives the same list from the host variables
     of a hand-written inventory: fabric = hvd_fabric_address, else ansible_host, else the name; port =
     hvd_fabric_port, else ansible_port, else 22; slots = hvd_slots, else None: one per GPU the node reports
     (ansible_local.hvd_nvidia_driver.gpu_count), else 1, decided where the GPUs are known."""

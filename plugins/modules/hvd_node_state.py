@@ -5,9 +5,9 @@
 what the controller recorded. Plain file reads only (no subprocess: no dpkg-query, no python -c), so a node
 answers in well under a second even with a multi-GB torch env: the env's files are checked by size (and, where
 hvd_tree's manifest lists them, modification time); ``deep`` reads every file's content too. The readers live in
-module_utils/hvd_state.py.
+plugins/module_utils/hvd_state.py.
 
-With ``look`` it also looks at the host itself (module_utils/hvd_host.py): what the pre-flight judges and
+With ``look`` it also looks at the host itself (plugins/module_utils/hvd_host.py): what the pre-flight judges and
 ``plan --probe`` resolves for (kernel and headers, disks, /dev/shm, GPUs, compilers, the interpreter, the MPI of
 non-interactive SSH commands, routes and ports to the peers). That look asks programs and opens connections, so
 it is only made when asked for.
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import time
 
-from ansible.module_utils.hvd_host import look
-from ansible.module_utils.hvd_state import node_state
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_host import look
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state import node_state
 
 DOCUMENTATION = r"""
 module: hvd_node_state
@@ -41,7 +41,7 @@ description:
   - C(env.python) ("<real interpreter> <version>"), C(env.key), C(env.lock) (sha256 of hvd-requirements.lock),
     C(env.dist.<name>) ("<version> <digest of its RECORD>") for every distribution but Horovod, C(env.files)
     (C(ok) or what is missing, changed or added, checked against hvd_tree's manifest, each RECORD and Horovod's
-    RECORD: nothing else may be in the env), C(env.manifest) (digest of what the manifest says was installed).
+    RECORD; nothing else may be in the env), C(env.manifest) (digest of what the manifest says was installed).
   - C(os.release), C(os.kernel), C(os.machine-id) (digest; a reinstalled node has another).
   - C(horovod.version), C(horovod.record), C(horovod.key), C(horovod.checked).
   - C(mesh.authorized), C(mesh.known_hosts), C(mesh.ssh_config), C(base.hosts), C(base.fabric_interface), C(base.ca),

@@ -30,7 +30,7 @@ import subprocess
 import tarfile
 
 import yaml
-from ansible.module_utils.hvd_files import sha256_of
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import sha256_of
 
 MANIFEST = "manifest.yaml"
 SIGNATURE = MANIFEST + ".sig"

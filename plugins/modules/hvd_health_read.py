@@ -5,7 +5,7 @@ It asks the GPU and fabric tools and reads a few kernel files, each tool with a 
 missing, refused or slow is recorded (``<key>: null`` and ``<key>_error``), never a failed task: a CPU node, a node
 without DCGM and a user who may not read the kernel log all answer. The texts come back as the tools printed
 them (the kernel log cut to the lines that can name a GPU or an NVSwitch); the controller parses and judges them
-with module_utils/hvd_health.py (src/hvdcluster/health.py). Only the InfiniBand ports are parsed here, from sysfs,
+with plugins/module_utils/hvd_health.py (src/hvdcluster/health.py). Only the InfiniBand ports are parsed here, from sysfs,
 with that same module's parse_ib_sysfs.
 
 It only reads: safe in check mode, never changes anything.
@@ -22,7 +22,7 @@ import subprocess
 import time
 from typing import Any, Optional
 
-from ansible.module_utils.hvd_health import parse_ib_sysfs
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_health import parse_ib_sysfs
 
 DOCUMENTATION = r"""
 module: hvd_health_read
@@ -35,7 +35,7 @@ description:
     (C(nv-fabricmanager --version)), C(fabricmanager_journal) (its unit's journal since boot), C(dcgm_diag)
     (C(dcgmi diag -r 1), unless I(quick)). Each is null when the tool is missing, failed, was refused or timed out,
     and C(<key>_error) then says which.
-  - C(ib) - the ports under /sys/class/infiniband (module_utils/hvd_health.py parse_ib_sysfs); null without that
+  - C(ib) - the ports under /sys/class/infiniband (plugins/module_utils/hvd_health.py parse_ib_sysfs); null without that
     folder (no RDMA driver loaded).
   - C(modules) - the loaded kernel modules whose name starts with nvidia (/proc/modules).
   - C(pci) - the NVIDIA PCI functions (/sys/bus/pci/devices/*/vendor 0x10de), each with C(address), C(class) and

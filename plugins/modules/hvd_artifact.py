@@ -21,7 +21,7 @@ import os
 import re
 import tempfile
 
-from ansible.module_utils.hvd_files import copy_verified, sha256_of
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import copy_verified, sha256_of
 
 DOCUMENTATION = r"""
 module: hvd_artifact

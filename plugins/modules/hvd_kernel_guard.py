@@ -3,13 +3,13 @@
 
 For the kernel the boot loader starts next (GRUB's default, else the newest installed image) it looks for the
 NVIDIA modules built for that exact version, the kernel's headers, DKMS's record and, where the build failed, the
-last lines of its make.log (module_utils/hvd_kernel.py: the same reader `check` uses for driver.next_boot).
+last lines of its make.log (plugins/module_utils/hvd_kernel.py: the same reader `check` uses for driver.next_boot).
 hvd_nvidia_driver runs it before any reboot and stops the node's converge when the modules are not there.
 """
 
 from __future__ import annotations
 
-from ansible.module_utils.hvd_kernel import module_guard
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_kernel import module_guard
 
 DOCUMENTATION = r"""
 module: hvd_kernel_guard

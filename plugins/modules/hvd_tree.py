@@ -11,7 +11,7 @@ Before the markers, the new tree's manifest (``.hvd-manifest``: every file's siz
 is written, so ``state: verified`` can tell later, read-only, whether the tree is still what was installed: a
 file missing, or changed in size or time (``deep``: in content) is named; files added later are named only with
 ``exact`` (Horovod is installed into the env after it). Python's byte caches (``__pycache__``) count like any
-file: a planted one is loaded (module_utils/hvd_files.walk_tree).
+file: a planted one is loaded (plugins/module_utils/hvd_files.walk_tree).
 
 ``state: manifested`` records the manifest of a tree built in place (the env's builder), before its marker.
 
@@ -31,7 +31,7 @@ import stat
 import subprocess
 import tempfile
 
-from ansible.module_utils.hvd_files import MANIFEST, manifest_entry_differs, read_manifest, sha256_of, walk_tree
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import MANIFEST, manifest_entry_differs, read_manifest, sha256_of, walk_tree
 
 DOCUMENTATION = r"""
 module: hvd_tree
@@ -131,7 +131,7 @@ def write_manifest(root: str, skip: set[str]) -> None:
 
 def verify(root: str, skip: set[str], deep: bool = False, exact: bool = False, most: int = 20) -> list[str]:
     """What differs between ``root`` and its manifest: missing or changed files (``deep``: by content), and with
-    ``exact`` files it does not list. Each file is judged as hvd_node_state judges it (module_utils/hvd_files)."""
+    ``exact`` files it does not list. Each file is judged as hvd_node_state judges it (plugins/module_utils/hvd_files)."""
     recorded = read_manifest(root)
     if recorded is None:
         return [f"no manifest: {root} was not installed by this version of hvdcluster"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from ansible.module_utils.hvd_bundle import (
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_bundle import (
     MANIFEST,
     BundleError,
     apt_archive,

@@ -2,9 +2,9 @@
 but does not install (kernel and its headers, disks, /dev/shm, Secure Boot, GPUs, compilers, the interpreter, the
 MPI a non-interactive SSH command finds) and whether every peer is reachable on the routes and ports the jobs use.
 
-Unlike the managed-state readers (module_utils/hvd_state.py: file reads only), this look asks programs (nvidia-smi,
+Unlike the managed-state readers (plugins/module_utils/hvd_state.py: file reads only), this look asks programs (nvidia-smi,
 gcc, mpirun, apt-cache) and opens TCP connections to the peers; it writes nothing but one temporary file it removes
-at once (is the scratch folder writable?). Nested dicts, the shape filter_plugins/hvd_preflight.py judges.
+at once (is the scratch folder writable?). Nested dicts, the shape plugins/filter/hvd_preflight.py judges.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 import time
 
-from ansible.module_utils.hvd_state import mpi_state, os_state, read_text, under
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state import mpi_state, os_state, read_text, under
 
 SIOCGIFADDR = 0x8915
 

@@ -16,9 +16,9 @@ import os
 import re
 import stat
 
-from ansible.module_utils.hvd_files import (MANIFEST, add_stamped, manifest_entry_differs, read_manifest, read_text,
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import (MANIFEST, add_stamped, manifest_entry_differs, read_manifest, read_text,
                                             resolve, sha256_of, under, walk_tree)
-from ansible.module_utils.hvd_kernel import guard_item, module_guard, uu_blacklist, uu_blacklisted
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_kernel import guard_item, module_guard, uu_blacklist, uu_blacklisted
 
 ABSENT = "absent"
 DEBIAN_SSH_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games"  # what sshd gives a command on Debian
@@ -139,7 +139,7 @@ def driver_state(root: str) -> dict:
     Where the driver runs in kernel mode (hvd_nvidia_driver's fact says ``mode: kernel``) also ``driver.next_boot``:
     "ok" when the kernel the boot loader starts next has the nvidia, nvidia-modeset and nvidia-uvm modules (whatever
     kernel that is, so healthy peers read alike), else "<kernel> has no NVIDIA module (<missing>): <cause>"
-    (module_utils/hvd_kernel.py). CPU nodes and containers have no such item."""
+    (plugins/module_utils/hvd_kernel.py). CPU nodes and containers have no such item."""
     usr = glob.escape(under(root, "/usr"))
     found = set()
     for pattern in ("lib*/libnvidia-ml.so.*", "lib*/*/libnvidia-ml.so.*"):

@@ -36,10 +36,10 @@ DOCUMENTATION = r"""
 module: hvd_lease
 short_description: Acquire or release the build lease of a controller-side cache entry (<entry>.lease)
 description:
-  - Run on the controller (C(delegate_to: localhost), C(run_once), C(become: false)) by the role that builds a cache
-    entry, before it builds; released after publishing, and when the build fails (C(always)).
+  - "Run on the controller (C(delegate_to: localhost), C(run_once), C(become: false)) by the role that builds a cache
+    entry, before it builds; released after publishing, and when the build fails (C(always))."
   - C(acquired) waits while a live run holds the lease (up to I(timeout)), takes over a stale one, then reports
-    whether the entry was published meanwhile (I(entry_ready)): then the caller verifies it and builds nothing.
+    whether the entry was published meanwhile (I(entry_ready)); then the caller verifies it and builds nothing.
 options:
   path: {description: "The cache entry: a file, or a folder of files (the lease is <path>.lease).", type: path,
          required: true}

@@ -2,7 +2,7 @@
 unattended-upgrades guard), by plain file reads: no subprocess, nothing written.
 
 Every reader takes ``root``, the prefix the node's files are read under ("/" on a node; a fake root in tests), like
-module_utils/hvd_state.py's; paths in values are the node's paths (``root`` left out). Standard library only and
+plugins/module_utils/hvd_state.py's; paths in values are the node's paths (``root`` left out). Standard library only and
 Python 3.9 compatible (it runs on the nodes); the node's files are read with hvd_files' helpers, as hvd_state's are.
 
 - :func:`next_boot_kernel`: what GRUB starts next (grub.cfg's default, grubenv's ``next_entry`` and
@@ -21,7 +21,7 @@ import os
 import re
 import shlex
 
-from ansible.module_utils.hvd_files import read_text, resolve, under
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import read_text, resolve, under
 
 NVIDIA_MODULES = ("nvidia", "nvidia-modeset", "nvidia-uvm")
 MODULE_SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
