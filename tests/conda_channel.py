@@ -25,15 +25,9 @@ RECIPES = HERE / "conda" / "recipes"
 ORDER = ["python", "pip", "hvd-probe"]  # pip is built against the python built first
 
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent / "collections"))  # ansible_collections/hvd/cluster: the checkout
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import sha256_of  # noqa: E402
 from tests.debsrc import orig_tarball, test_cache  # noqa: E402
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def key(tarball_sha256: str) -> str:

@@ -26,6 +26,8 @@ from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import copy_
 DOCUMENTATION = r"""
 module: hvd_artifact
 short_description: Verify an artifact by sha256, or publish one atomically with its .sha256 beside it
+description:
+  - Judges a file against its sha256 (removing one that does not match), publishes a file under its final name only once its sha256 is checked, or copies one hashing exactly the bytes it writes.
 options:
   path: {description: The artifact., type: path, required: true}
   state: {description: verified, published or copied., type: str, choices: [verified, published, copied],

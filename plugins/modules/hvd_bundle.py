@@ -31,6 +31,8 @@ from ansible_collections.hvd.cluster.plugins.module_utils.hvd_bundle import (
 DOCUMENTATION = r"""
 module: hvd_bundle
 short_description: Check an offline bundle and make its apt repository archive in the controller cache
+description:
+  - Checks an offline bundle against its manifest (pin and signers) on the controller and makes the archive of its apt repository in the controller cache.
 options:
   path: {description: The bundle folder (holds manifest.yaml)., type: path, required: true}
   cache_dir: {description: The controller cache., type: path, required: true}

@@ -46,7 +46,7 @@ description:
   - C(horovod.version), C(horovod.record), C(horovod.key), C(horovod.checked).
   - C(mesh.authorized), C(mesh.known_hosts), C(mesh.ssh_config), C(base.hosts), C(base.fabric_interface), C(base.ca),
     C(profile.<file>) (/etc/profile.d/hvd-*.sh), C(ldconf.<file>) (/etc/ld.so.conf.d/hvd-*.conf).
-  - With I(look), also I(host): the host as the pre-flight judges it and C(plan --probe) resolves for it.
+  - With I(look), also I(host), the host as the pre-flight judges it and C(plan --probe) resolves for it.
   - Reads only; supports check mode.
 options:
   cluster: {description: The cluster's name (in the markers of the blocks hvdcluster writes)., type: str,

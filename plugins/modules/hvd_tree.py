@@ -36,6 +36,8 @@ from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import MANIF
 DOCUMENTATION = r"""
 module: hvd_tree
 short_description: Install an archive as a folder tree atomically, or remove/create a tree only if it is ours
+description:
+  - Installs an archive as a folder tree atomically (unpacked beside it, then renamed), verifies a tree against its manifest, or removes or creates a tree only when it is hvdcluster's.
 options:
   path: {description: The tree (absolute)., type: path, required: true}
   state:

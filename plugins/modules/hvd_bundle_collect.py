@@ -1,41 +1,63 @@
-"""Gather, on a converged node, every file an offline converge of nodes like it needs (run as root, node python3).
-
-Usage: python3 -I collect.py REQUEST.json OUT.tar > RESULT.json
-
-REQUEST: {"have": {relpath: sha256} the bundle holds already, "prefix": the env prefix, "skip_sha256": [sha256 of
-files the bundle carries otherwise (the wheelhouse)], "horovod": version, "resolver": this node's name}.
+#!/usr/bin/python
+"""Ansible module: gather, on a converged node (as root), every file an offline converge of nodes like it needs.
 
 - apt/: every package installed on this converged node (the image's and what the roles installed, with the
   dependencies this node's apt resolved for them), at its installed version, downloaded by this node's apt from its
   own sources; and a flat `Packages` index of them.
 - pypi/: the env's lock (written by hvd_pyenv), every distribution by its sha256; and Horovod's sdist.
-Only what the bundle lacks (by sha256) is downloaded; OUT.tar holds those files (and `Packages`). RESULT lists every
-file the bundle needs, with its sha256, size and why.
+
+Only what the bundle lacks (``have``, by sha256) is downloaded; ``out`` (a tar) holds those files (and `Packages`).
+The result's ``bundle`` lists every file the bundle needs, with its sha256, size and why. In check mode nothing is
+downloaded or written: ``pending`` names the apt packages and locked distributions the bundle lacks.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
-import subprocess
-import sys
 import tarfile
 
-def sha256_of(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import sha256_of
+
+DOCUMENTATION = r"""
+module: hvd_bundle_collect
+short_description: Download what an air-gap bundle lacks on a converged node (apt packages, locked wheels)
+description:
+  - Runs on one converged node of the nodes' OS (the resolver); its own apt and pip resolve what a node needs.
+options:
+  have: {description: "What the bundle holds already: relative path -> sha256.", type: dict, default: {}}
+  prefix: {description: The env prefix (its hvd-requirements.lock and keys are read)., type: path, required: true}
+  skip_sha256: {description: "sha256 of files the bundle carries otherwise (the wheelhouse).", type: list,
+                elements: str, default: []}
+  horovod: {description: The Horovod version whose sdist the bundle carries., type: str, required: true}
+  resolver: {description: This node's name (for the reasons)., type: str, default: the resolver node}
+  conda_tools: {description: The pip requirements of the conda tools (a conda env only)., type: list,
+                elements: str, default: []}
+  work: {description: The private work folder (apt/ and pypi/ are made there)., type: path, required: true}
+  out: {description: The tar to write the new files into., type: path, required: true}
+author: hvdcluster
+"""
+
+RETURN = r"""
+bundle: {description: "files (path, sha256, size, why), new (paths in out), keys (env, horovod), unavailable,
+         manual.", type: dict, returned: success}
+pending: {description: "Check mode: the apt packages and locked distributions the bundle lacks.", type: list,
+          returned: check mode}
+"""
 
 
-def run(argv: list[str], **kwargs) -> str:
-    proc = subprocess.run(argv, capture_output=True, text=True, **kwargs)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(argv[:3])} ...: rc {proc.returncode}: {proc.stderr.strip()[-2000:]}")
-    return proc.stdout
+class CollectError(Exception):
+    """A tool failed: the module fails with this message."""
+
+
+RUN = None  # the module's run_command, set by main()
+
+
+def run(argv: list[str], cwd: str | None = None, check: bool = True) -> str:
+    rc, out, err = RUN(argv, cwd=cwd)
+    if rc != 0 and check:
+        raise CollectError(f"{' '.join(argv[:3])} ...: rc {rc}: {err.strip()[-2000:]}")
+    return out
 
 
 def installed() -> dict[str, str]:
@@ -53,8 +75,7 @@ def installed() -> dict[str, str]:
 def records(wanted: list[str]) -> dict[str, dict[str, str]]:
     """The apt index record of each ``name=version`` (only those with a file to download), by package name."""
     found: dict[str, dict[str, str]] = {}
-    proc = subprocess.run(["apt-cache", "show", *wanted], capture_output=True, text=True)
-    for stanza in proc.stdout.split("\n\n"):
+    for stanza in run(["apt-cache", "show", *wanted], check=False).split("\n\n"):
         fields, last = {}, None
         for line in stanza.splitlines():
             if line.startswith((" ", "\t")) and last:
@@ -68,9 +89,9 @@ def records(wanted: list[str]) -> dict[str, dict[str, str]]:
     return found
 
 
-def main(request_file: str, out_tar: str) -> None:
-    request = json.load(open(request_file, encoding="utf-8"))
-    have, work = request["have"], os.path.dirname(os.path.abspath(out_tar))
+def collect(request: dict, work: str, out_tar: str, check: bool = False) -> dict:
+    """Download what the bundle lacks into ``work`` and pack it into ``out_tar``; in check mode, name it only."""
+    have = request["have"]
     resolver = request.get("resolver", "the resolver node")
     files, new, unavailable = [], [], []
 
@@ -83,7 +104,6 @@ def main(request_file: str, out_tar: str) -> None:
     found.update(later)
     unavailable = sorted(set(versions) - set(found))
     apt_dir = os.path.join(work, "apt")
-    os.makedirs(apt_dir, exist_ok=True)
     stanzas, fetch = [], []
     for name in sorted(found):
         record = found[name]
@@ -97,6 +117,9 @@ def main(request_file: str, out_tar: str) -> None:
         stanzas.append(re.sub(r"^Filename: .*$", f"Filename: ./{base}", record["_text"], flags=re.M))
         if have.get(rel) != record["SHA256"]:
             fetch.append((name, record["Version"], base, record["SHA256"]))
+    if check:
+        return {"pending": [f"{n}={v}" for n, v, _, _ in fetch] + pending_wheels(request, have), "bundle": {}}
+    os.makedirs(apt_dir, exist_ok=True)
     if fetch:
         run(["apt-get", "download", "-o", "APT::Sandbox::User=root", *[f"{n}={v}" for n, v, _, _ in fetch]],
             cwd=apt_dir)
@@ -107,7 +130,7 @@ def main(request_file: str, out_tar: str) -> None:
             if len(candidates) == 1:
                 os.rename(os.path.join(apt_dir, candidates[0]), path)
         if sha256_of(path) != sha:
-            raise SystemExit(f"apt-get download {name}: sha256 differs from this node's index")
+            raise CollectError(f"apt-get download {name}: sha256 differs from this node's index")
         new.append(f"apt/{base}")
     packages = os.path.join(apt_dir, "Packages")
     with open(packages, "w", encoding="utf-8") as handle:
@@ -159,7 +182,7 @@ def main(request_file: str, out_tar: str) -> None:
     by_sha = {sha256_of(os.path.join(pypi, f)): f for f in os.listdir(pypi)}
     for name, version, sha in wanted:
         if sha not in by_sha:
-            raise SystemExit(f"pip download {name}=={version}: no file with the locked sha256 {sha}")
+            raise CollectError(f"pip download {name}=={version}: no file with the locked sha256 {sha}")
         rel = f"pypi/{by_sha[sha]}"
         files.append({"path": rel, "sha256": sha, "size": None, "why": f"{name} {version}: the env's lock"})
         new.append(rel)
@@ -186,9 +209,50 @@ def main(request_file: str, out_tar: str) -> None:
     with tarfile.open(out_tar, "w") as tar:
         for rel in sorted(set(new)):
             tar.add(os.path.join(work, rel), arcname=rel)
-    json.dump({"files": files, "new": sorted(set(new)), "keys": keys, "unavailable": unavailable,
-               "manual": sorted(manual)}, sys.stdout)
+    return {"bundle": {"files": files, "new": sorted(set(new)), "keys": keys, "unavailable": unavailable,
+                       "manual": sorted(manual)}}
+
+
+def pending_wheels(request: dict, have: dict) -> list[str]:
+    """The locked distributions (and Horovod's sdist) the bundle lacks, read from the env's lock only."""
+    skip, held = set(request.get("skip_sha256", [])), set(have.values())
+    pending = []
+    with open(os.path.join(request["prefix"], "hvd-requirements.lock"), encoding="utf-8") as handle:
+        for line in handle:
+            match = re.match(r"(\S+)==(\S+) --hash=sha256:([0-9a-f]{64})", line.strip())
+            if match and match.group(3) not in skip and match.group(3) not in held:
+                pending.append(f"{match.group(1)}=={match.group(2)}")
+    if f"pypi/horovod-{request['horovod']}.tar.gz" not in have:
+        pending.append(f"horovod=={request['horovod']} (sdist)")
+    return pending
+
+
+def main() -> None:
+    from ansible.module_utils.basic import AnsibleModule
+
+    global RUN
+    module = AnsibleModule(
+        argument_spec={
+            "have": {"type": "dict", "default": {}},
+            "prefix": {"type": "path", "required": True},
+            "skip_sha256": {"type": "list", "elements": "str", "default": []},
+            "horovod": {"type": "str", "required": True},
+            "resolver": {"type": "str", "default": "the resolver node"},
+            "conda_tools": {"type": "list", "elements": "str", "default": []},
+            "work": {"type": "path", "required": True},
+            "out": {"type": "path", "required": True},
+        },
+        supports_check_mode=True,
+    )
+    RUN = module.run_command
+    p = module.params
+    try:
+        result = collect(p, p["work"], p["out"], check=module.check_mode)
+    except (CollectError, OSError) as err:
+        module.fail_json(msg=f"hvd_bundle_collect: {err}")
+    changed = bool(result.get("pending")) if module.check_mode else bool(result["bundle"]["new"])
+    module.exit_json(changed=changed, **result)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main()
