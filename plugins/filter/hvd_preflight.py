@@ -12,17 +12,13 @@ import re
 from collections import Counter, defaultdict
 from typing import Any
 
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_names import hostname_problem
+
 FAIL, WARN = "fail", "warn"
-_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$", re.IGNORECASE)
 
 
 def _release(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", str(text))[:3])
-
-
-def valid_hostname(name: str) -> bool:
-    """RFC 1123: dot-separated labels of letters, digits and inner hyphens, 253 characters at most."""
-    return 0 < len(name) <= 253 and all(_LABEL.match(label) for label in name.split("."))
 
 
 def _finding(host: str, check: str, severity: str, found: str, expected: str, fix: str) -> dict[str, str]:
@@ -46,8 +42,9 @@ def _per_host(host: str, p: dict[str, Any], plan: dict[str, Any]) -> list[dict[s
             "connect as root, or give the ssh user passwordless sudo and set `ssh: {become: true}` in hosts.yaml")
 
     name = p.get("hostname", "")
-    if not plan.get("set_hostname") and name and not valid_hostname(name):
-        add("hostname-valid", FAIL, f"hostname {name!r}",
+    problem = hostname_problem(name.lower()) if name and not plan.get("set_hostname") else None
+    if problem:
+        add("hostname-valid", FAIL, f"hostname {name!r}: {problem}",
             "an RFC 1123 name: letters, digits and inner hyphens, dot-separated",
             "rename the node (hostnamectl set-hostname NAME), or set `set_hostname: true` in hosts.yaml")
 

@@ -20,6 +20,8 @@ import subprocess
 import tempfile
 import time
 
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_driver import find_nvml, installed_versions, loaded_version
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_kernel import version_key
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state import mpi_state, os_state, read_text, under
 
 SIOCGIFADDR = 0x8915
@@ -36,10 +38,6 @@ def run(*argv: str, path: str | None = None) -> tuple[int, str]:
         return proc.returncode, proc.stdout
     except (OSError, subprocess.SubprocessError) as err:
         return 127, str(err)
-
-
-def version_key(text: str) -> list:
-    return [int(p) if p.isdigit() else p for p in re.split(r"[.\-+~]", text)]
 
 
 # ------------------------------------------------------------------------------------------ the host
@@ -117,14 +115,9 @@ def nvidia(root: str = "/") -> dict:
         if (read_text(path) or "").strip() == "0x10de" and \
                 (read_text(os.path.dirname(path) + "/class") or "").startswith("0x03"):
             pci += 1
-    loaded = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)",
-                       read_text(under(root, "/proc/driver/nvidia/version")) or "")
-    installed = sorted({os.path.basename(p)[len("libnvidia-ml.so."):]
-                        for pattern in ("/usr/lib/*/libnvidia-ml.so.*.*", "/usr/lib64/libnvidia-ml.so.*.*",
-                                        "/usr/lib/libnvidia-ml.so.*.*")
-                        for p in glob.glob(under(root, pattern))})
-    return {"gpus": gpu_models(root), "pci_devices": pci, "loaded": loaded.group(1) if loaded else "",
-            "installed": installed, "nouveau": os.path.isdir(under(root, "/sys/module/nouveau"))}
+    loaded = loaded_version(read_text(under(root, "/proc/driver/nvidia/version")) or "")
+    installed = installed_versions(find_nvml(under(root, "/usr")))
+    return {"gpus": gpu_models(root), "pci_devices": pci, "loaded": loaded, "installed": installed, "nouveau": os.path.isdir(under(root, "/sys/module/nouveau"))}
 
 
 def compilers(host_cxx: str = "") -> dict:

@@ -18,6 +18,7 @@ import stat
 
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import (MANIFEST, add_stamped, manifest_entry_differs, read_manifest, read_text,
                                             resolve, sha256_of, under, walk_tree)
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_driver import find_nvml, installed_versions, loaded_version
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_kernel import guard_item, module_guard, uu_blacklist, uu_blacklisted
 
 ABSENT = "absent"
@@ -140,22 +141,14 @@ def driver_state(root: str) -> dict:
     "ok" when the kernel the boot loader starts next has the nvidia, nvidia-modeset and nvidia-uvm modules (whatever
     kernel that is, so healthy peers read alike), else "<kernel> has no NVIDIA module (<missing>): <cause>"
     (plugins/module_utils/hvd_kernel.py). CPU nodes and containers have no such item."""
-    usr = glob.escape(under(root, "/usr"))
-    found = set()
-    for pattern in ("lib*/libnvidia-ml.so.*", "lib*/*/libnvidia-ml.so.*"):
-        for path in glob.glob(os.path.join(usr, pattern)):
-            match = re.fullmatch(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)*)", os.path.basename(path))
-            if match:
-                found.add(match.group(1))
-    proc = read_text(under(root, "/proc/driver/nvidia/version")) or ""
-    loaded = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", proc)
+    found = installed_versions(find_nvml(under(root, "/usr")))
+    loaded = loaded_version(read_text(under(root, "/proc/driver/nvidia/version")) or "")
     fact = read_fact(root, "hvd_nvidia_driver") or {}
     try:
         count = int(fact.get("gpu_count", 0))
     except (TypeError, ValueError):
         count = 0
-    out = {"driver.installed": ",".join(sorted(found)) or ABSENT,
-           "driver.loaded": loaded.group(1) if loaded else ABSENT, "gpu.count": count}
+    out = {"driver.installed": ",".join(found) or ABSENT, "driver.loaded": loaded or ABSENT, "gpu.count": count}
     if fact.get("mode") == "kernel":
         out["driver.next_boot"] = guard_item(module_guard(root))
     return out

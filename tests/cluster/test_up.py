@@ -77,7 +77,7 @@ def test_the_built_collection_installed_elsewhere_runs_a_playbook_by_its_fqcn_an
                    check=True, capture_output=True, text=True)
     [artifact] = (tmp_path / "dist").glob("hvd-cluster-*.tar.gz")
     assert artifact.name == f"hvd-cluster-{yaml.safe_load((ROOT / 'galaxy.yml').read_text())['version']}.tar.gz"
-    subprocess.run([str(galaxy), "collection", "install", "-p", str(tmp_path / "colls"), str(artifact)],
+    subprocess.run([str(galaxy), "collection", "install", "--force", "-p", str(tmp_path / "colls"), str(artifact)],
                    check=True, capture_output=True, text=True)
     installed = tmp_path / "colls" / "ansible_collections" / "hvd" / "cluster"
     env = {**os.environ, "ANSIBLE_CONFIG": str(installed / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",

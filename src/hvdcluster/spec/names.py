@@ -8,6 +8,8 @@ import re
 
 from yaml.nodes import Node
 
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_names import hostname_problem
+
 from .loader import _Context
 from .schema import _string
 
@@ -17,30 +19,6 @@ def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
         return ipaddress.ip_address(text)
     except ValueError:
         return None
-
-
-def _hostname_problem(name: str) -> str | None:
-    """Why ``name`` (already lower-cased) is not an RFC 1123 hostname, or None when it is one."""
-    if len(name) > 253:
-        return f"it is {len(name)} characters long (at most 253)"
-    labels = name.split(".")
-    for label in labels:
-        if not label:
-            return "it has an empty label (a leading, trailing or doubled '.')"
-        if len(label) > 63:
-            return f"label '{label[:16]}...' is {len(label)} characters long (at most 63)"
-        bad = next((char for char in label if not (char.isascii() and (char.isalnum() or char == "-"))), None)
-        if bad is not None:
-            return f"bad character {bad!r} in label '{label}' (allowed: a-z, 0-9 and '-')"
-        if label.startswith("-"):
-            return f"label '{label}' starts with a hyphen"
-        if label.endswith("-"):
-            return f"label '{label}' ends with a hyphen"
-    if all(label.isdigit() for label in labels):
-        return "it looks like an IPv4 address but is not a valid one"
-    if labels[-1].isdigit():
-        return f"its last label '{labels[-1]}' is all digits"
-    return None
 
 
 def _name_for_address(address: str) -> str:
@@ -78,7 +56,7 @@ def _address(ctx: _Context, node: Node, field: str) -> str:
         raise ctx.error(node, field, f"{value!r} is not an address (set the login user with ssh.user)")
     if ":" in value:
         raise ctx.error(node, field, f"{value!r} is not an address (set the SSH port with 'port:')")
-    problem = _hostname_problem(value.lower())
+    problem = hostname_problem(value.lower())
     if problem:
         raise ctx.error(node, field, f"{value!r} is not an IP address or a valid hostname: {problem}")
     return value
@@ -91,7 +69,7 @@ def _host_name(ctx: _Context, node: Node, field: str) -> str:
             node, field, f"{value!r} is an IP address; a host name is needed (e.g. '{_name_for_address(value)}')"
         )
     name = value.lower()
-    problem = _hostname_problem(name)
+    problem = hostname_problem(name)
     if problem:
         raise ctx.error(node, field, f"invalid hostname {value!r}: {problem}")
     return name
