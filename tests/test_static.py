@@ -45,10 +45,12 @@ def test_playbook_passes_syntax_check(playbook: Path) -> None:
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
 def test_role_documents_every_default_in_its_argument_specs(role: Path) -> None:
-    specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())
-    options = specs["argument_specs"]["main"].get("options", {})
+    """Every default is an option of an entry point (main's, or another's, such as hvd_fanout's cache), and every
+    option of main has a default."""
+    specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    options = {name for entry in specs.values() for name in (entry.get("options") or {})}
     defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text()) or {}
-    assert set(defaults) == set(options)
+    assert set(defaults) <= options and set(specs["main"].get("options", {})) <= set(defaults)
 
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
@@ -195,3 +197,46 @@ def test_every_runtime_dependency_is_imported_by_the_product() -> None:
     source = "\n".join(path.read_text() for path in (ROOT / "src").rglob("*.py"))
     for dist, module in IMPORT_NAMES.items():
         assert re.search(rf"^\s*(?:import|from) {module}\b", source, re.M), f"{dist}: declared, never imported"
+
+
+# The roles that build once into the controller cache, and the task file their builder node runs.
+CACHED_BUILDS = {"hvd_pyenv": ["build-venv.yml", "build-conda.yml"], "hvd_horovod": ["build.yml"],
+                 "hvd_openmpi": ["build.yml"]}
+
+
+def test_one_cached_build_flow_takes_every_build_lease() -> None:
+    """Key, lease, verify, build, publish and fan out are written once (hvd_fanout's cache, release and built entry
+    points): no other role's tasks take a lease, and each building role goes through them."""
+    leasing = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("roles/*/tasks/*.yml") if "hvd_lease" in p.read_text())
+    assert leasing == ["roles/hvd_fanout/tasks/cache.yml", "roles/hvd_fanout/tasks/release.yml"]
+    for role in CACHED_BUILDS:
+        text = "".join(p.read_text() for p in (ROOT / "roles" / role / "tasks").glob("*.yml"))
+        assert all(f"tasks_from: {entry}" in text for entry in ("cache", "release", "built")), role
+
+
+def _included(role: Path, name: str, seen: set[str]) -> set[str]:
+    """``name`` and every tasks file it includes (include_tasks/import_tasks of a literal file), transitively."""
+    if name in seen:
+        return seen
+    seen.add(name)
+    for task in yaml.safe_load((role / "tasks" / name).read_text()) or []:
+        for block in (task, *task.get("block", []), *task.get("always", []), *task.get("rescue", [])):
+            for key in ("ansible.builtin.include_tasks", "ansible.builtin.import_tasks"):
+                target = block.get(key) if isinstance(block, dict) else None
+                if isinstance(target, str) and "{{" not in target:
+                    _included(role, target, seen)
+    return seen
+
+
+@pytest.mark.parametrize("role", sorted(CACHED_BUILDS))
+def test_a_cached_builds_key_covers_its_own_recipe(role: str) -> None:
+    """The key of a cached build digests the task files its builder runs (and every file they include), so a
+    changed recipe is built again instead of a cache entry built by the old one being reused."""
+    path = ROOT / "roles" / role
+    text = "".join(p.read_text() for p in (path / "tasks").glob("*.yml"))
+    recipe = re.search(r"recipe: \"\{\{ query\('ansible\.builtin\.file', \*\((\[.*?\])", text)
+    assert recipe, f"{role}: no recipe in its key"
+    named = set(re.findall(r"'([\w.-]+\.yml)'", recipe.group(1)))
+    named |= {f"build-{manager}.yml" for manager in ("venv", "conda")} if "hvd_pyenv_manager" in recipe.group(1) else set()
+    for build in CACHED_BUILDS[role]:
+        assert _included(path, build, set()) <= named, (role, build, named)
