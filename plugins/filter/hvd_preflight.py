@@ -12,13 +12,10 @@ import re
 from collections import Counter, defaultdict
 from typing import Any
 
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_limits import cuda_outside, driver_above, gcc_above
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_names import hostname_problem
 
 FAIL, WARN = "fail", "warn"
-
-
-def _release(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", str(text))[:3])
 
 
 def _finding(host: str, check: str, severity: str, found: str, expected: str, fix: str) -> dict[str, str]:
@@ -94,19 +91,17 @@ def _per_host(host: str, p: dict[str, Any], plan: dict[str, Any]) -> list[dict[s
         if not rule:
             continue
         cuda, driver = plan.get("cuda") or "", plan.get("driver") or ""
-        if cuda and rule.get("cuda_min") and _release(cuda) < _release(rule["cuda_min"]):
-            add("gpu-supported", FAIL, f"{gpu} ({rule.get('arch')}) with CUDA {cuda}",
-                f"CUDA >= {rule['cuda_min']}", f"plan CUDA {rule['cuda_min']} or newer (stack.cuda in hosts.yaml)")
-        if cuda and rule.get("cuda_max") and _release(cuda)[:2] > _release(rule["cuda_max"])[:2]:
-            add("gpu-supported", FAIL, f"{gpu} ({rule.get('arch')}) with CUDA {cuda}",
-                f"CUDA <= {rule['cuda_max']}", f"plan CUDA {rule['cuda_max']} or older (stack.cuda in hosts.yaml)")
-        if driver and rule.get("driver_max") and _release(driver)[:1] > _release(rule["driver_max"])[:1]:
+        bound = cuda_outside(rule, cuda) if cuda else None
+        if bound:
+            add("gpu-supported", FAIL, f"{gpu} ({rule.get('arch')}) with CUDA {cuda}", f"CUDA {bound}",
+                f"plan CUDA {bound[3:]} or {'newer' if bound.startswith('>') else 'older'} (stack.cuda in hosts.yaml)")
+        if driver and driver_above(rule, driver):
             add("gpu-supported", FAIL, f"{gpu} ({rule.get('arch')}) with driver {driver}",
                 f"driver branch <= {rule['driver_max']}", f"plan driver {rule['driver_max']} (stack.driver)")
 
     gcc_max = plan.get("gcc_max")
     compiler = p.get("gcc", {}).get("host_cxx") or p.get("gcc", {}).get("g++") or ""
-    if plan.get("cuda") and gcc_max and compiler and _release(compiler)[0] > int(gcc_max):
+    if plan.get("cuda") and compiler and gcc_above(compiler, gcc_max):
         add("gcc-nvcc", FAIL, f"g++ {compiler} is the host compiler", f"g++ <= {gcc_max} (nvcc {plan['cuda']})",
             f"install g++-{gcc_max} and use it for CUDA (stack.gcc: \"{gcc_max}\" in hosts.yaml)")
 

@@ -196,3 +196,37 @@ def test_the_host_look_runs_here_as_the_module_runs_it_and_gives_what_the_judge_
     live.update(os={"distribution": "Debian", "version": "12", "major": "12"}, mpi={}, kernel_module=False)
     found = rules.hvd_preflight_findings({"here": live}, {**PLAN, "controller_time": []})
     assert "peer-reachable" in {f["check"] for f in found["lo"]}
+
+
+MODELS = ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB", "Tesla V100-SXM2-32GB", "NVIDIA L4", "Tesla T4",
+          "NVIDIA B200", "NVIDIA GeForce RTX 3090"]
+
+
+@pytest.mark.parametrize("cuda", ["10.2", "11.0", "11.8", "12.0.1", "12.8", "12.9", "13.0"])
+def test_the_pre_flight_and_the_resolver_judge_a_gpu_and_its_cuda_alike(cuda: str) -> None:
+    """The matrix's GPU rows as the inventory carries them (compat.preflight_vars) and as the resolver reads them
+    (the catalog): one judgement of CUDA and driver branch limits (plugins/module_utils/hvd_limits.py)."""
+    from hvdcluster.compat import matrix, rules as resolver
+
+    plan = matrix.preflight_vars({"cuda": cuda})
+    catalog = matrix._Catalog(matrix._matrix())
+    for model in MODELS:
+        for driver in ("535.104.05", "580.65.06", "590.1"):
+            node = probe("a", "b", nvidia={"gpus": [model], "pci_devices": 1, "loaded": "", "installed": [],
+                                           "nouveau": False})
+            found = judge(a=node, cuda=cuda, driver=driver, gpu_rules=plan["hvd_preflight_gpu_rules"])["a"]
+            flagged = {f["found"].rsplit(" with ", 1)[1].split()[0] for f in found if f["check"] == "gpu-supported"}
+            assert ("CUDA" in flagged) == any(resolver._cuda_vs_gpu(catalog, cuda, (model,))), (model, cuda)
+            by_branch = [m for m, _ in resolver._driver_vs_gpu(catalog, driver, (model,)) if "driver branch" in m]
+            assert ("driver" in flagged) == bool(by_branch), (model, driver)
+
+
+@pytest.mark.parametrize("gcc, cuda", [("12.2.0", "11.8"), ("11.4.0", "11.8"), ("13.1.0", "12.4"), ("12.3.0", "12.4")])
+def test_the_pre_flight_and_the_resolver_judge_the_host_compiler_alike(gcc: str, cuda: str) -> None:
+    from hvdcluster.compat import matrix, rules as resolver
+
+    plan = matrix.preflight_vars({"cuda": cuda})
+    node = probe("a", "b", gcc={"gcc": gcc, "g++": gcc, "host_cxx": ""})
+    found = judge(a=node, cuda=cuda, gcc_max=plan.get("hvd_preflight_gcc_max", ""))["a"]
+    catalog = matrix._Catalog(matrix._matrix())
+    assert ("gcc-nvcc" in {f["check"] for f in found}) == any(resolver._cuda_vs_gcc(catalog, cuda, gcc)), (gcc, cuda)

@@ -9,6 +9,8 @@ from typing import Any
 
 from packaging.requirements import Requirement
 
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_limits import cuda_outside, driver_above, gcc_above
+
 from .matrix import _Catalog
 from .versions import _driver_at_least, _in_range, _major, _matches, _mm, _release
 
@@ -34,7 +36,7 @@ def _cuda_needs_driver(cat: _Catalog, cuda: str, driver: str) -> Iterator[Findin
 def _driver_vs_gpu(cat: _Catalog, driver: str, gpus: tuple[str, ...]) -> Iterator[Finding]:
     branch = cat.find("driver", driver)
     for name, gpu in cat.gpus(gpus):
-        if "driver_max" in gpu and _major(driver) > int(gpu["driver_max"]):
+        if driver_above(gpu, driver):
             yield (
                 f"{name} ({gpu['arch']}) is supported up to driver branch {gpu['driver_max']}, not driver {driver}",
                 gpu["source"],
@@ -49,9 +51,8 @@ def _driver_vs_gpu(cat: _Catalog, driver: str, gpus: tuple[str, ...]) -> Iterato
 
 def _cuda_vs_gpu(cat: _Catalog, cuda: str, gpus: tuple[str, ...]) -> Iterator[Finding]:
     for name, gpu in cat.gpus(gpus):
-        low, high = gpu.get("cuda_min", "0"), gpu.get("cuda_max", "999")
-        if not _in_range(cuda, low, high):
-            bound = f">= {low}" if _release(cuda)[:2] < _release(low) else f"<= {high}"
+        bound = cuda_outside(gpu, cuda)
+        if bound:
             yield (
                 f"{name} ({gpu['arch']}, sm_{gpu['cc'].replace('.', '')}) needs cuda {bound}, not cuda {cuda}",
                 gpu["source"],
@@ -60,7 +61,7 @@ def _cuda_vs_gpu(cat: _Catalog, cuda: str, gpus: tuple[str, ...]) -> Iterator[Fi
 
 def _cuda_vs_gcc(cat: _Catalog, cuda: str, gcc: str) -> Iterator[Finding]:
     row = cat.gcc_limit(cuda)
-    if row and _major(gcc) > row["gcc_max"]:
+    if row and gcc_above(gcc, row["gcc_max"]):
         yield f"cuda {cuda} accepts gcc <= {row['gcc_max']} (nvcc refuses newer), not gcc {gcc}", row["source"]
 
 
