@@ -379,8 +379,8 @@ def test_stopped_node_is_named_unreachable_while_the_others_converge(hvd, lab3: 
 # env travels to it (a file of its env deleted first, so it needs the archive).
 LOST_DURING = {
     "package-step": ("apt-mark unhold openmpi-bin libopenmpi-dev >/dev/null && "
-                     "DEBIAN_FRONTEND=noninteractive apt-get remove -y -q openmpi-bin >/dev/null", "TASK [hvd_openmpi"),
-    "fan-out": (f"rm {SITE}/psutil/_common.py", "TASK [hvd_fanout"),
+                     "DEBIAN_FRONTEND=noninteractive apt-get remove -y -q openmpi-bin >/dev/null", "TASK [hvd.cluster.hvd_openmpi"),
+    "fan-out": (f"rm {SITE}/psutil/_common.py", "TASK [hvd.cluster.hvd_fanout"),
 }
 
 
