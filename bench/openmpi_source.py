@@ -14,7 +14,6 @@ Run from the checkout after tests/setup.sh:  .venv/bin/python bench/openmpi_sour
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -27,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import sha256_of  # noqa: E402
 from tests.debsrc import orig_tarball  # noqa: E402
 from tests.lab import Lab, build_image  # noqa: E402
 
@@ -34,14 +34,6 @@ HVDCLUSTER = str(Path(sys.executable).parent / "hvdcluster")
 BUILD_TASKS = ("Configure (internal hwloc, libevent and PMIx, so nodes cannot disagree on them)",
                "Compile (several minutes)", "Install into the staging folder (the tree every node gets at the prefix)",
                "Pack the installed tree")
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def link_or_copy(src: str, dst: str) -> None:
@@ -77,7 +69,7 @@ def main() -> None:
     tarball = Path(orig_tarball("openmpi"))
     version = tarball.name.split("_", 1)[1].split(".orig", 1)[0]
     stack = {"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]},
-             "mpi": {"source": "source", "version": version, "url": str(tarball), "sha256": sha256(tarball)}}
+             "mpi": {"source": "source", "version": version, "url": str(tarball), "sha256": sha256_of(tarball)}}
     real = Path(os.environ.get("HVDCLUSTER_CACHE") or Path.home() / ".cache" / "hvdcluster")
     with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:
         work = Path(tmp)

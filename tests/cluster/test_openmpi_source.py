@@ -11,13 +11,13 @@ written to the lab's folder (timings.json) and printed (pytest -s).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import time
 from pathlib import Path
 
 import pytest
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import sha256_of
 
 from tests.cluster.conftest import SUDO_USER, Cli, changed_tasks, run_events, task_outcomes
 from tests.debsrc import orig_tarball
@@ -34,20 +34,12 @@ CACHED = "Verify the cached artifact (a corrupt or truncated one is removed and 
 TIMES: dict[str, float] = {}
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 @pytest.fixture(scope="module")
 def lab(node_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
     tarball = Path(orig_tarball("openmpi"))
     assert tarball.name == f"openmpi_{VERSION}.orig.tar.xz", tarball
     stack = {"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]},
-             "mpi": {"source": "source", "version": VERSION, "url": str(tarball), "sha256": _sha256(tarball)}}
+             "mpi": {"source": "source", "version": VERSION, "url": str(tarball), "sha256": sha256_of(tarball)}}
     lab = Lab(NAME, 2, tmp_path_factory.mktemp(NAME), slots=2, stack=stack, user=SUDO_USER)
     lab.up()
     yield lab
