@@ -60,7 +60,7 @@ def read_manifest(folder: str) -> bytes:
         with open(path, "rb") as handle:
             return handle.read()
     except FileNotFoundError:
-        raise BundleError(f"{path}: not found (make the bundle with `hvdcluster bundle hosts.yaml -o {folder}`)")
+        raise BundleError(f"{path}: not found (make the bundle with `hvdcluster bundle hosts.yaml {folder}`)")
     except OSError as exc:
         raise BundleError(f"{path}: unreadable: {exc}")
 

@@ -123,20 +123,20 @@ def held(folder: Path) -> dict[str, str]:
 
 
 def earlier_listing(dest: Path) -> set[str]:
-    """``bundle -o DIR``: the paths an earlier manifest of DIR listed (the only files a run may remove). A folder that
+    """``bundle HOSTS DIR``: the paths an earlier manifest of DIR listed (the only files a run may remove). A folder that
     is not empty and holds no manifest (nor the marker of a run cut short) is refused: it is not a bundle."""
     lib = manifest_lib()
     if dest.exists() and not dest.is_dir():
-        raise HvdError(f"-o/--out: {dest} is a file; name the bundle folder")
+        raise HvdError(f"bundle DIR {dest}: a file; name the bundle folder")
     if not (dest / lib.MANIFEST).exists():
         if dest.is_dir() and any(dest.iterdir()) and not (dest / MARKER).is_file():
-            raise HvdError(f"-o/--out: {dest} is not empty and holds no {lib.MANIFEST}: not a bundle folder; name an "
+            raise HvdError(f"bundle DIR {dest}: not empty and holds no {lib.MANIFEST}: not a bundle folder; name an "
                            "empty or new folder, or an earlier bundle (nothing was changed)")
         return set()
     try:
         return {entry["path"] for entry in lib.load(str(dest))["entries"]}
     except lib.BundleError as exc:
-        raise HvdError(f"-o/--out: {exc}; name another folder (nothing was changed)") from None
+        raise HvdError(f"bundle DIR: {exc}; name another folder (nothing was changed)") from None
 
 
 def sign(dest: Path, key: str) -> Path:

@@ -45,7 +45,7 @@ def made(installed: Path, node_image: str, tmp_path_factory: pytest.TempPathFact
     out = lab.workdir / "bundle"
     key = lab.workdir / "bundle_signer"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "builder@lab", "-f", str(key)], check=True)
-    proc = Cli(installed, lab.workdir)("bundle", "hosts.yaml", "-o", str(out), "--json", "--sign", str(key))
+    proc = Cli(installed, lab.workdir)("bundle", "hosts.yaml", str(out), "--json", "--sign", str(key))
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     yield {"lab": lab, "dir": out, "first": json.loads(proc.stdout), "cli": Cli(installed, lab.workdir), "key": key}
     lab.down()
@@ -86,7 +86,7 @@ def test_the_bundle_lists_every_file_with_its_sha256_size_and_why(made: dict) ->
 
 
 def test_a_second_bundle_run_fetches_nothing_that_did_not_change(made: dict) -> None:
-    proc = made["cli"]("bundle", "hosts.yaml", "-o", str(made["dir"]), "--json")
+    proc = made["cli"]("bundle", "hosts.yaml", str(made["dir"]), "--json")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     doc = json.loads(proc.stdout)
     assert doc["fetched"] == [] and doc["removed"] == [], doc

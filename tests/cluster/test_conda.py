@@ -146,7 +146,7 @@ def test_the_bundle_less_its_packed_env_converges_a_node_with_no_route_out_from_
     from hvdcluster.bundle import manifest_lib
 
     out = lab.workdir / "bundle"
-    made = converged("bundle", "hosts.yaml", "-o", str(out), "--json")
+    made = converged("bundle", "hosts.yaml", str(out), "--json")
     assert made.returncode == 0, (made.stdout + made.stderr)[-6000:]
     lib = manifest_lib()
     manifest = lib.load(str(out))

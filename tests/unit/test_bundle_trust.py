@@ -337,9 +337,9 @@ def test_bundle_into_a_folder_that_is_no_bundle_is_refused_and_nothing_is_remove
     (home / "cache" / "x").write_text("mine")
     hosts = tmp_path / "hosts.yaml"
     hosts.write_text(HOSTS)
-    assert cli.main(["bundle", str(hosts), "-o", str(home), "--inventories", str(tmp_path / "inv")]) == 2
+    assert cli.main(["bundle", str(hosts), str(home), "-o", str(tmp_path / "inv")]) == 2
     err = one_line(capsys)
-    assert f"-o/--out: {home} is not empty and holds no manifest.yaml" in err, err
+    assert f"bundle DIR {home}: not empty and holds no manifest.yaml" in err, err
     assert (home / "cache" / "x").read_text() == "mine" and sorted(p.name for p in home.iterdir()) == ["cache"]
     assert not (tmp_path / "inv").exists()
 
@@ -357,9 +357,48 @@ def test_bundle_sign_with_a_missing_key_is_refused_before_anything_runs(tmp_path
                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     hosts = tmp_path / "hosts.yaml"
     hosts.write_text(HOSTS)
-    assert cli.main(["bundle", str(hosts), "-o", str(tmp_path / "b"), "--inventories", str(tmp_path / "inv"),
+    assert cli.main(["bundle", str(hosts), str(tmp_path / "b"), "-o", str(tmp_path / "inv"),
                      "--sign", str(tmp_path / "no-key")]) == 2
     assert f"--sign: {tmp_path / 'no-key'}: not a readable file" in one_line(capsys)
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("argv, lines", [
+    (["HOSTS", "DIR", "-o", "INV"], []),
+    (["HOSTS", "DIR"], []),
+    (["HOSTS", "-o", "DIR", "--inventories", "INV"],
+     ["--inventories OUTPUT is deprecated", "-o DIR for the bundle folder is deprecated"]),
+    (["HOSTS", "--out", "DIR", "-o", "INV"], ["--out DIR is deprecated"]),
+    (["HOSTS", "-o", "DIR"], ["-o DIR for the bundle folder is deprecated"]),
+])
+def test_bundle_takes_dir_positionally_and_o_for_the_inventories_and_the_old_spellings_still_work(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], lines: list[str]) -> None:
+    """Every spelling reaches the same folders: the refusal of a missing --sign key names them before anything runs
+    (the bundle folder is not made, nor the inventories folder); each old spelling says so on stderr, once."""
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(HOSTS)
+    words = {"HOSTS": str(hosts), "DIR": str(tmp_path / "b"), "INV": str(tmp_path / "inv")}
+    argv = [words.get(w, w) for w in argv]
+    assert cli.main(["bundle", *argv, "--sign", str(tmp_path / "no-key")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    said = [line for line in err if "deprecated" in line]
+    assert len(said) == len(lines) and all(line.startswith(f"hvdcluster bundle: {x}; write: hvdcluster bundle HOSTS")
+                                           for line, x in zip(said, lines)), err
+    assert len(err) == len(lines) + 1 and "--sign:" in err[-1], err
+    assert not (tmp_path / "b").exists() and not (tmp_path / "inv").exists()
+
+
+@pytest.mark.parametrize("argv, word", [(["HOSTS", "DIR", "--out", "DIR"], "give the bundle folder once"),
+                                        (["HOSTS", "DIR", "-o", "INV", "--inventories", "INV"],
+                                         "give the inventories folder once"),
+                                        (["HOSTS"], "name the cluster's hosts.yaml and the bundle folder")])
+def test_bundle_folders_given_twice_or_not_at_all_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              argv: list[str], word: str) -> None:
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(HOSTS)
+    words = {"HOSTS": str(hosts), "DIR": str(tmp_path / "b"), "INV": str(tmp_path / "inv")}
+    assert cli.main(["bundle", *[words.get(w, w) for w in argv]]) == 2
+    assert word in one_line(capsys)
     assert not (tmp_path / "b").exists()
 
 

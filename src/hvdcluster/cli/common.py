@@ -51,7 +51,7 @@ def with_bundle(cluster: spec.ClusterSpec, folder: str | None) -> spec.ClusterSp
         path = Path(folder).expanduser().resolve()
         if not (path / "manifest.yaml").is_file():
             problem = "holds no manifest.yaml" if path.is_dir() else "is not a folder"
-            raise HvdError(f"--bundle: {path} {problem}; make the bundle with `hvdcluster bundle hosts.yaml -o DIR`")
+            raise HvdError(f"--bundle: {path} {problem}; make the bundle with `hvdcluster bundle hosts.yaml DIR`")
         cluster = replace(cluster, network=replace(cluster.network, bundle=str(path)))
     if cluster.network.bundle:
         net = cluster.network

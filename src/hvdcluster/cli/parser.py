@@ -65,15 +65,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("bundle", help="gather every file an offline converge needs (run where there is network)",
+                       usage="hvdcluster bundle HOSTS DIR [-o OUTPUT] [--node NODE] [--sign KEY] [--json] | "
+                       "hvdcluster bundle --verify DIR [--json]",
                        description="Converges one connected node of the node OS (--node, default the first host), "
                        "lets its own apt and pip resolve every package the stack needs, and fetches what the bundle "
                        "folder lacks; writes DIR/manifest.yaml (every file, its sha256, size and why). Re-runnable: "
                        "only what changed is fetched. --verify DIR re-checks every file by its sha256.")
     p.add_argument("hosts", nargs="?", help="the hosts.yaml of a connected cluster of the node OS")
-    p.add_argument("-o", "--out", help="the bundle folder (created; re-used by a later run)")
+    p.add_argument("dir", nargs="?", metavar="DIR", help="the bundle folder (created; re-used by a later run)")
+    p.add_argument("-o", "--output", help="folder that holds the inventory folder <cluster>/ (default: ./inventories)")
+    p.add_argument("--out", help="deprecated spelling of DIR (prints a deprecation line)")
+    p.add_argument("--inventories", help="deprecated spelling of -o/--output (prints a deprecation line)")
     p.add_argument("--node", help="the host of hosts.yaml to resolve on (default: the first)")
-    p.add_argument("--inventories", default="inventories",
-                   help="folder that holds the inventory folder <cluster>/ (default: ./inventories)")
     p.add_argument("--sign", metavar="KEY",
                    help="sign DIR/manifest.yaml with this OpenSSH private key (ssh-keygen -Y sign -n hvdcluster-bundle): "
                    "DIR/manifest.yaml.sig, checked by up against network.bundle_signers")
