@@ -13,10 +13,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_defaults import ENV_PREFIX
+
 from .errors import HvdError
 from .inventory import Inventory, proxy_command, ssh_word
 
-DEFAULT_PREFIX = "/opt/hvd/env"
+DEFAULT_PREFIX = ENV_PREFIX  # hvd_pyenv_prefix when the inventory sets none
 BASE_FACT = "/etc/ansible/facts.d/hvd_base.fact"
 
 

@@ -8,6 +8,8 @@ import re
 from functools import cache
 from pathlib import Path
 
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_defaults
+
 _PACKAGE = Path(__file__).resolve().parent
 
 
@@ -68,4 +70,4 @@ def playbook(name: str) -> Path:
 
 def controller_cache() -> Path:
     """The controller cache the roles use (their ``*_cache_dir`` default): $HVDCLUSTER_CACHE, else ~/.cache/hvdcluster."""
-    return Path(os.environ.get("HVDCLUSTER_CACHE") or Path.home() / ".cache" / "hvdcluster")
+    return Path(hvd_defaults.controller_cache())

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_defaults import ENV_PREFIX
+
 from .draft import _conflicts, _draft, _Draft, _involving_the_user, _is_gpu, _package_pins
 from .matrix import _Catalog, _matrix
 from .model import Conflict, NodeInfo, Plan, ResolveError
 from .search import _Filler
 from .versions import _listing, _mm
 
-DEFAULT_PREFIX = "/opt/hvd/env"
+DEFAULT_PREFIX = ENV_PREFIX  # python.prefix when hosts.yaml gives none
 _PIP_NAMES = {"pytorch": "torch", "tensorflow": "tensorflow"}
 
 

@@ -1,0 +1,32 @@
+"""The defaults several parts share, written once: the roles read them through the ``hvd.cluster.hvd_default`` lookup
+(plugins/lookup/hvd_default.py), the modules and the ``hvdcluster`` command import them. Standard library only."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+# The Python environment's prefix: the same absolute path on every node (horovodrun starts its helpers by it).
+ENV_PREFIX = "/opt/hvd/env"
+# The login user's folder on each node that keeps the copies of artifacts (env, wheel, builds) peers pull from.
+ARTIFACT_DIR = "~/.cache/hvdcluster/artifacts"
+# The controller cache (built envs, wheels and Open MPI builds, the bundle's apt archive): $HVDCLUSTER_CACHE, else
+# ~/.cache/hvdcluster of the user who runs the converge.
+CACHE_VARIABLE = "HVDCLUSTER_CACHE"
+
+
+def controller_cache(environ: Mapping[str, str] | None = None) -> str:
+    """The controller cache folder for this environment (``os.environ`` when None)."""
+    environ = os.environ if environ is None else environ
+    home = environ.get("HOME") or os.path.expanduser("~")
+    return environ.get(CACHE_VARIABLE) or os.path.join(home, ".cache", "hvdcluster")
+
+
+def value(name: str, environ: Mapping[str, str] | None = None) -> str:
+    """One shared default by its name (env_prefix, artifact_dir, controller_cache); KeyError for another name."""
+    if name == "controller_cache":
+        return controller_cache(environ)
+    return {"env_prefix": ENV_PREFIX, "artifact_dir": ARTIFACT_DIR}[name]
+
+
+NAMES = ("env_prefix", "artifact_dir", "controller_cache")
