@@ -92,6 +92,17 @@ def test_a_read_only_playbook_runs_no_role_and_no_sudo_under_its_own_tag(name: s
         assert play["tags"] == ["hvd_" + name.removesuffix(".yml")]
 
 
+def test_every_play_that_becomes_takes_the_one_play_header() -> None:
+    """Who needs sudo is decided once (playbooks/group_vars/all/play.yml); a play says false or reads that."""
+    header = yaml.safe_load((ROOT / "playbooks" / "group_vars" / "all" / "play.yml").read_text())
+    assert "hvd_become" in header["hvd_play_become"]
+    plays = [(p.name, play) for p in PLAYBOOKS for play in yaml.safe_load(p.read_text()) if "hosts" in play]
+    assert plays
+    for name, play in plays:
+        assert play["become"] in (False, "{{ hvd_play_become }}"), (name, play["become"])
+    assert [p.name for p in PLAYBOOKS if "hvd_become" in p.read_text()] == []
+
+
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
 def test_commands_declare_when_they_change_something(role: Path) -> None:
     for path in (role / "tasks").glob("*.yml"):
