@@ -8,8 +8,9 @@ effect without a rebuild and no stale copy shadows them.
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-# What `ansible-galaxy collection build` puts in the collection (galaxy.yml's build_ignore leaves out the rest),
-# plus ansible.cfg, which the command hands to Ansible.
+# What `ansible-galaxy collection build` puts in the collection (galaxy.yml's build_ignore leaves out the rest), but
+# tests/sanity (ansible-test's ignore files, of no use to the command), plus ansible.cfg, which the command hands to
+# Ansible.
 COLLECTION = ("galaxy.yml", "meta", "plugins", "roles", "playbooks", "ansible.cfg", "README.md")
 
 

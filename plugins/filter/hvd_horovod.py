@@ -58,7 +58,7 @@ def hvd_horovod_build_vars(
     env: dict[str, Any] = {"MAKEFLAGS": f"-j{make_jobs}"}
     if "mxnet" not in frameworks:  # MXNet is off unless asked for: its switch comes first
         env["HOROVOD_WITHOUT_MXNET"] = "1"
-    for framework, (switch, _) in FRAMEWORKS.items():
+    for framework, (switch, dummy) in FRAMEWORKS.items():
         env[("HOROVOD_WITH_" if framework in frameworks else "HOROVOD_WITHOUT_") + switch] = "1"
     for controller in CONTROLLERS:
         env[("HOROVOD_WITH_" if controller in controllers else "HOROVOD_WITHOUT_") + controller.upper()] = "1"

@@ -24,7 +24,9 @@ def _finding(host: str, check: str, severity: str, found: str, expected: str, fi
 
 def _per_host(host: str, p: dict[str, Any], plan: dict[str, Any]) -> list[dict[str, str]]:
     out = []
-    add = lambda *a: out.append(_finding(host, *a))  # noqa: E731
+
+    def add(*a) -> None:
+        out.append(_finding(host, *a))
 
     osinfo = p.get("os") or {}
     supported = plan.get("supported_os") or {}
@@ -114,13 +116,13 @@ def _per_host(host: str, p: dict[str, Any], plan: dict[str, Any]) -> list[dict[s
     return out
 
 
-
 def _odd_ones(values: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """Where the nodes disagree: (host, its value, the most common value) for every host off the common one."""
     if len(set(values.values())) < 2:
         return []
     common = Counter(values.values()).most_common(1)[0][0]
     return [(host, value, common) for host, value in sorted(values.items()) if value != common]
+
 
 def _cross(probes: dict[str, dict[str, Any]], plan: dict[str, Any]) -> list[dict[str, str]]:
     out = []

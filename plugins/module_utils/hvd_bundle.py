@@ -28,9 +28,18 @@ import os
 import shutil
 import subprocess
 import tarfile
+import traceback
 
-import yaml
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import sha256_of
+
+try:
+    import yaml
+except ImportError:  # the hvd_bundle module fails with missing_required_lib('PyYAML'); the CLI always has it
+    HAS_YAML = False
+    YAML_IMPORT_ERROR = traceback.format_exc()
+else:
+    HAS_YAML = True
+    YAML_IMPORT_ERROR = None
 
 MANIFEST = "manifest.yaml"
 SIGNATURE = MANIFEST + ".sig"
@@ -45,6 +54,12 @@ CACHE_ROLES = {"envs": "hvd_pyenv", "horovod": "hvd_horovod"}
 
 class BundleError(Exception):
     """A bundle that cannot be used: the message names the file."""
+
+
+def _require_yaml() -> None:
+    if not HAS_YAML:
+        raise BundleError("reading or writing a bundle manifest needs the Python library PyYAML, which this Python "
+                          "cannot import (pip install PyYAML)")
 
 
 def role_of(relpath: str) -> str:
@@ -72,6 +87,7 @@ def load(folder: str) -> dict:
 
 def parse(data: bytes, path: str) -> dict:
     """The manifest from its bytes (those ``authenticate`` judged: read once, so what was checked is what is used)."""
+    _require_yaml()
     try:
         doc = yaml.safe_load(data.decode("utf-8"))
     except (UnicodeDecodeError, yaml.YAMLError) as exc:
@@ -431,6 +447,7 @@ def seed_cache(folder: str, manifest: dict, cache_dir: str) -> list[str]:
 
 def dump(entries: list[dict], made: dict) -> str:
     """The manifest's text (entries sorted by path)."""
+    _require_yaml()
     doc = {"format": FORMAT, "made": made,
            "files": [{"path": e["path"], "sha256": e["sha256"], "size": e["size"], "why": e["why"],
                       "role": e.get("role") or role_of(e["path"])} for e in sorted(entries, key=lambda e: e["path"])]}

@@ -401,7 +401,7 @@ def parse_ibstat(text: str) -> dict[str, list]:
         elif re.match(r"Port \d+:$", body):
             fields = {"port": int(body[5:-1])}
         elif ":" in body and "port" in fields and not body.startswith("ibpanic"):
-            key, _, value = body.partition(":")
+            key, dummy, value = body.partition(":")
             fields[key.strip()] = value.strip()
             if key.strip() == "Link layer":
                 ports.append(dict(_port(ca, fields["port"], fields.get("State", ""),
@@ -691,8 +691,6 @@ def parse_fabricmanager_log(text: str) -> dict[str, Any]:
     return info
 
 
-
-
 # ------------------------------------------------------------------------------------------ rules: GPUs
 
 
@@ -711,7 +709,7 @@ def check_ecc(smi: dict[str, Any]) -> list[dict[str, str]]:
     findings = []
     for gpu in smi.get("gpus") or []:
         counts = gpu["ecc_uncorrectable"]
-        if (counts["volatile"] or 0) or (counts["aggregate"] or 0):
+        if counts["volatile"] or counts["aggregate"]:  # None (not reported) counts as no error
             findings.append(_finding(
                 f"gpu.ecc.{gpu['bus_id']}", FAIL,
                 f"uncorrectable ECC errors: volatile {counts['volatile']}, aggregate {counts['aggregate']}",
@@ -805,7 +803,7 @@ def check_xid(log: dict[str, list[dict[str, Any]]]) -> list[dict[str, str]]:
     findings = []
     for (bus, code), count in sorted(counts.items()):
         meaning = XID_MEANING.get(code, {"name": "unknown Xid", "severity": WARN, "meaning": "not in this table",
-                                          "action": "look the code up in NVIDIA's Xid catalog"})
+                                         "action": "look the code up in NVIDIA's Xid catalog"})
         findings.append(_finding(f"gpu.xid.{bus}.{code}", meaning["severity"],
                                  f"Xid {code} x{count} ({meaning['name']}: {meaning['meaning']})", "no Xid event",
                                  meaning["action"], SOURCES["xid_catalog"]))
@@ -872,7 +870,7 @@ def check_nccl_transport(nccl: dict[str, Any], ib: dict[str, list]) -> list[dict
         return []
     names = ", ".join(f"{port['ca']}/{port['port']}" for port in active)
     return [_finding("nccl.transport", FAIL, "NCCL used NET/Socket" + (" (NET/IB : No device found)"
-                                                                        if nccl.get("ib_no_device") else ""),
+                                                                       if nccl.get("ib_no_device") else ""),
                      f"NET/IB over the Active ports ({names})",
                      "make /dev/infiniband and libibverbs visible to the job (containers: --device /dev/infiniband); "
                      "unset NCCL_IB_DISABLE; check NCCL_IB_HCA names these ports", SOURCES["nccl_net"])]

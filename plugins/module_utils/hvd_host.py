@@ -117,7 +117,8 @@ def nvidia(root: str = "/") -> dict:
             pci += 1
     loaded = loaded_version(read_text(under(root, "/proc/driver/nvidia/version")) or "")
     installed = installed_versions(find_nvml(under(root, "/usr")))
-    return {"gpus": gpu_models(root), "pci_devices": pci, "loaded": loaded, "installed": installed, "nouveau": os.path.isdir(under(root, "/sys/module/nouveau"))}
+    return {"gpus": gpu_models(root), "pci_devices": pci, "loaded": loaded, "installed": installed,
+            "nouveau": os.path.isdir(under(root, "/sys/module/nouveau"))}
 
 
 def compilers(host_cxx: str = "") -> dict:
@@ -214,7 +215,7 @@ def look(*, peers: list[dict] | None = None, paths: list[str] | None = None, tmp
     """The host as the pre-flight judges it and ``plan --probe`` resolves for it (nested, JSON-ready)."""
     ifaces = interfaces()
     release = os_state("/")["os.release"]
-    os_id, _, os_version = ("" if release == "absent" else release).partition(" ")
+    os_id, dummy, os_version = ("" if release == "absent" else release).partition(" ")
     shm = os.statvfs("/dev/shm") if os.path.isdir("/dev/shm") else None
     ports = (read_text("/proc/sys/net/ipv4/ip_local_port_range") or "").split()
     return {

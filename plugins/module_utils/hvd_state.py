@@ -16,8 +16,8 @@ import os
 import re
 import stat
 
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import (MANIFEST, add_stamped, manifest_entry_differs, read_manifest, read_text,
-                                            resolve, sha256_of, under, walk_tree)
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import (
+    MANIFEST, add_stamped, manifest_entry_differs, read_manifest, read_text, resolve, sha256_of, under, walk_tree)
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_driver import find_nvml, installed_versions, loaded_version
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_kernel import guard_item, module_guard, uu_blacklist, uu_blacklisted
 
@@ -96,7 +96,7 @@ def dpkg_status(root: str) -> list[tuple[str, str, str, bool, bool]]:
         for line in stanza.splitlines():
             if line[:1] in (" ", "\t", ""):
                 continue
-            key, _, value = line.partition(":")
+            key, dummy, value = line.partition(":")
             if key in ("Package", "Status", "Version", "Architecture"):
                 fields[key] = value.strip()
         if "Package" not in fields:
@@ -214,7 +214,7 @@ def _metadata(info: str) -> tuple[str, str]:
             for line in handle:
                 if not line.strip():
                     break  # the headers end at the first empty line; the long description follows
-                key, _, value = line.partition(":")
+                key, dummy, value = line.partition(":")
                 if key == "Name" and not name:
                     name = value.strip()
                 elif key == "Version" and not version:
@@ -225,7 +225,7 @@ def _metadata(info: str) -> tuple[str, str]:
         pass
     if not name or not version:
         stem = os.path.basename(info)[: -len(".dist-info")]
-        fallback_name, _, fallback_version = stem.partition("-")
+        fallback_name, dummy, fallback_version = stem.partition("-")
         name, version = name or fallback_name, version or fallback_version or "unknown"
     return name, version
 
@@ -244,7 +244,7 @@ def distributions(prefix: str) -> list[tuple[str, str, str, str]]:
 def records(prefix: str, name: str) -> list[str]:
     """Every RECORD of the distribution ``name`` (compared as packaging normalises it) in the env at ``prefix``."""
     want = canonical(name)
-    return sorted(os.path.join(info, "RECORD") for found, _, _, info in distributions(prefix)
+    return sorted(os.path.join(info, "RECORD") for found, dummy_version, dummy_site, info in distributions(prefix)
                   if found == want and os.path.isfile(os.path.join(info, "RECORD")))
 
 
@@ -357,12 +357,13 @@ def env_problems(prefix: str, dists: list[tuple[str, str, str, str]], deep: bool
 
     - Every file hvd_tree's manifest (``.hvd-manifest``) lists is checked as hvd_tree does (size and modification
       time, ``deep``: sha256); every other file the RECORD of a distribution installed later (Horovod), or of any
-      distribution when there is no manifest, lists with a sha256 must exist with its size (``deep``: its hash). A missing manifest is itself a problem: the env was not installed by hvdcluster, or it was tampered with.
+      distribution when there is no manifest, lists with a sha256 must exist with its size (``deep``: its hash). A
+      missing manifest is itself a problem: the env was not installed by hvdcluster, or it was tampered with.
     - The env holds nothing else: a file neither the manifest, Horovod's RECORD (installed later) nor hvdcluster's
       own markers account for is "added" - an extra distribution, a stray module, a ``*.pth`` or
       ``sitecustomize.py`` (both run at every interpreter start), a planted byte cache.
     """
-    sites = sorted({site for _, _, site, _ in dists}, key=len, reverse=True)
+    sites = sorted({site for dummy_name, dummy_version, site, dummy_info in dists}, key=len, reverse=True)
 
     def name(full: str) -> str:
         for site in sites:
@@ -382,7 +383,7 @@ def env_problems(prefix: str, dists: list[tuple[str, str, str, str]], deep: bool
         if kind:
             problems.append((kind, name(full)))
     known = set(listed) | {os.path.join(prefix, marker) for marker in ENV_MARKERS}
-    for dist, _, site, info in dists:
+    for dist, dummy_version, site, info in dists:
         if dist in ENV_LATER:
             known |= _record_paths(site, info)
         elif manifest is not None:
@@ -397,7 +398,7 @@ def env_problems(prefix: str, dists: list[tuple[str, str, str, str]], deep: bool
             if kind:
                 problems.append((kind, name(full)))
     if manifest is not None:
-        for rel, _ in walk_tree(prefix):
+        for rel, dummy_info in walk_tree(prefix):
             full = os.path.join(prefix, rel)
             if full not in known:
                 problems.append(("added", name(full)))
@@ -462,7 +463,7 @@ def env_state(root: str, env_prefix: str, deep: bool = False) -> dict:
     dists = distributions(prefix)
     items: dict[str, list[str]] = {}
     horovod = []
-    for name, version, _, info in dists:
+    for name, version, dummy_site, info in dists:
         record = file_d16(os.path.join(info, "RECORD"))
         if name == "horovod":
             horovod.append((version, record))

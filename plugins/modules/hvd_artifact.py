@@ -17,20 +17,15 @@ to ``path`` in a folder of root's own, hashing exactly the bytes it writes: ``pa
 
 from __future__ import annotations
 
-import os
-import re
-import tempfile
-
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import copy_verified, sha256_of
-
 DOCUMENTATION = r"""
 module: hvd_artifact
 short_description: Verify an artifact by sha256, or publish one atomically with its .sha256 beside it
 description:
-  - Judges a file against its sha256 (removing one that does not match), publishes a file under its final name only once its sha256 is checked, or copies one hashing exactly the bytes it writes.
+  - Judges a file against its sha256 (removing one that does not match), publishes a file under its final name
+    only once its sha256 is checked, or copies one hashing exactly the bytes it writes.
 options:
   path: {description: The artifact., type: path, required: true}
-  state: {description: verified, published or copied., type: str, choices: [verified, published, copied],
+  state: {description: "verified, published or copied.", type: str, choices: [verified, published, copied],
           default: verified}
   sha256: {description: "Expected digest. verified: default the content of <path>.sha256.", type: str}
   src: {description: "published: the temporary file to check and rename to I(path). copied: the file to copy.",
@@ -38,7 +33,40 @@ options:
   remove_invalid: {description: "verified: remove a file that does not match.", type: bool, default: true}
   fail_invalid: {description: "verified: fail (naming the file) instead of reporting valid=false.", type: bool,
                  default: false}
-author: hvdcluster
+author: hvdcluster developers (@hvdcluster)
+"""
+
+EXAMPLES = r"""
+- name: Verify the cached artifact (a corrupt or truncated one is removed and built again)
+  hvd.cluster.hvd_artifact:
+    path: ~/.cache/hvdcluster/envs/env-3f2a9c.tar.zst
+    state: verified
+  delegate_to: localhost
+  run_once: true
+  become: false
+  register: cached
+
+- name: Check a downloaded sdist against its pinned sha256, failing on a mismatch
+  hvd.cluster.hvd_artifact:
+    path: /var/lib/hvdcluster/horovod/horovod-0.28.1.tar.gz
+    sha256: "{{ horovod_sdist_sha256 }}"
+    fail_invalid: true
+
+- name: Publish the packed env under its final name once its sha256 is checked
+  hvd.cluster.hvd_artifact:
+    state: published
+    src: ~/.cache/hvdcluster/envs/env-3f2a9c.tar.zst.part-{{ run_id }}
+    path: ~/.cache/hvdcluster/envs/env-3f2a9c.tar.zst
+    sha256: "{{ packed.stat.checksum }}"
+  delegate_to: localhost
+  become: false
+
+- name: Copy the login user's wheel into root's own folder, hashing exactly the bytes copied
+  hvd.cluster.hvd_artifact:
+    state: copied
+    src: /home/hvd/.cache/hvdcluster/artifacts/horovod-0.28.1-cp311-cp311-linux_x86_64.whl
+    path: /var/lib/hvdcluster/horovod/horovod-0.28.1-cp311-cp311-linux_x86_64.whl
+    sha256: "{{ wheel_sha256 }}"
 """
 
 RETURN = r"""
@@ -46,8 +74,14 @@ valid: {description: The file exists and matches., type: bool, returned: state=v
 sha256: {description: The file's digest (when it exists)., type: str, returned: when the file exists}
 reason: {description: Why the file is not valid., type: str, returned: when not valid}
 removed: {description: "A file that did not match was removed (with its .sha256).", type: bool, returned: state=verified}
-path: {description: The artifact's path., type: str, returned: state=verified}
+path: {description: The artifact's path., type: str, returned: state=verified or state=copied}
 """
+
+import os
+import re
+import tempfile
+
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import copy_verified, sha256_of
 
 HEX = re.compile(r"[0-9a-f]{64}")
 

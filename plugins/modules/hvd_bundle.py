@@ -14,25 +14,12 @@ cache lacked from that same read: here only the controller cache's own copies ar
 
 from __future__ import annotations
 
-import os
-
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_bundle import (
-    MANIFEST,
-    BundleError,
-    apt_archive,
-    apt_digest,
-    authenticate,
-    missing,
-    parse,
-    read_manifest,
-    seed_cache,
-)
-
 DOCUMENTATION = r"""
 module: hvd_bundle
 short_description: Check an offline bundle and make its apt repository archive in the controller cache
 description:
-  - Checks an offline bundle against its manifest (pin and signers) on the controller and makes the archive of its apt repository in the controller cache.
+  - Checks an offline bundle against its manifest (pin and signers) on the controller and makes the archive of its
+    apt repository in the controller cache.
 options:
   path: {description: The bundle folder (holds manifest.yaml)., type: path, required: true}
   cache_dir: {description: The controller cache., type: path, required: true}
@@ -46,7 +33,22 @@ options:
       hvdcluster-bundle; network.bundle_signers); unchecked when empty.
     type: str
     default: ""
-author: hvdcluster
+requirements:
+  - PyYAML (on the controller, where it runs)
+author: hvdcluster developers (@hvdcluster)
+"""
+
+EXAMPLES = r"""
+- name: Check the bundle and pack its apt repository (controller; a missing or altered file fails here, naming it)
+  hvd.cluster.hvd_bundle:
+    path: /srv/hvdcluster-bundle
+    cache_dir: ~/.cache/hvdcluster
+    manifest_sha256: "{{ bundle_sha256 }}"
+    signers: /etc/hvdcluster/allowed_signers
+  delegate_to: localhost
+  run_once: true
+  become: false
+  register: bundle
 """
 
 RETURN = r"""
@@ -56,15 +58,33 @@ apt_digest: {description: The digest of the repository's files (names and sha256
 seeded: {description: Cache entries copied from the bundle., type: list, returned: success}
 """
 
+import os
+
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_bundle import (
+    HAS_YAML,
+    MANIFEST,
+    YAML_IMPORT_ERROR,
+    BundleError,
+    apt_archive,
+    apt_digest,
+    authenticate,
+    missing,
+    parse,
+    read_manifest,
+    seed_cache,
+)
+
 
 def main() -> None:
-    from ansible.module_utils.basic import AnsibleModule
+    from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
     module = AnsibleModule(
         argument_spec={"path": {"type": "path", "required": True}, "cache_dir": {"type": "path", "required": True},
                        "manifest_sha256": {"type": "str", "default": ""}, "signers": {"type": "str", "default": ""}},
         supports_check_mode=True,
     )
+    if not HAS_YAML:
+        module.fail_json(msg=missing_required_lib("PyYAML"), exception=YAML_IMPORT_ERROR)
     folder, cache_dir = module.params["path"], module.params["cache_dir"]
     try:
         data = read_manifest(folder)

@@ -13,12 +13,6 @@ downloaded or written: ``pending`` names the apt packages and locked distributio
 
 from __future__ import annotations
 
-import os
-import re
-import tarfile
-
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import sha256_of
-
 DOCUMENTATION = r"""
 module: hvd_bundle_collect
 short_description: Download what an air-gap bundle lacks on a converged node (apt packages, locked wheels)
@@ -35,7 +29,26 @@ options:
                 elements: str, default: []}
   work: {description: The private work folder (apt/ and pypi/ are made there)., type: path, required: true}
   out: {description: The tar to write the new files into., type: path, required: true}
-author: hvdcluster
+author: hvdcluster developers (@hvdcluster)
+"""
+
+EXAMPLES = r"""
+- name: Start from a clean private work folder
+  hvd.cluster.hvd_workdir:
+    name: bundle
+    clean: true
+  register: work
+
+- name: Resolve and download what the bundle lacks (apt packages with their dependencies, locked wheels)
+  hvd.cluster.hvd_bundle_collect:
+    have: "{{ bundle_have }}"
+    prefix: /opt/hvd/env
+    skip_sha256: "{{ wheelhouse_sha256 }}"
+    horovod: "0.28.1"
+    resolver: "{{ inventory_hostname }}"
+    work: "{{ work.path }}"
+    out: "{{ work.path }}/new.tar"
+  register: collected
 """
 
 RETURN = r"""
@@ -44,6 +57,12 @@ bundle: {description: "files (path, sha256, size, why), new (paths in out), keys
 pending: {description: "Check mode: the apt packages and locked distributions the bundle lacks.", type: list,
           returned: check mode}
 """
+
+import os
+import re
+import tarfile
+
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import sha256_of
 
 
 class CollectError(Exception):
@@ -118,10 +137,12 @@ def collect(request: dict, work: str, out_tar: str, check: bool = False) -> dict
         if have.get(rel) != record["SHA256"]:
             fetch.append((name, record["Version"], base, record["SHA256"]))
     if check:
-        return {"pending": [f"{n}={v}" for n, v, _, _ in fetch] + pending_wheels(request, have), "bundle": {}}
+        return {"pending": [f"{n}={v}" for n, v, dummy_base, dummy_sha in fetch] + pending_wheels(request, have),
+                "bundle": {}}
     os.makedirs(apt_dir, exist_ok=True)
     if fetch:
-        run(["apt-get", "download", "-o", "APT::Sandbox::User=root", *[f"{n}={v}" for n, v, _, _ in fetch]],
+        run(["apt-get", "download", "-o", "APT::Sandbox::User=root",
+             *[f"{n}={v}" for n, v, dummy_base, dummy_sha in fetch]],
             cwd=apt_dir)
     for name, _version, base, sha in fetch:
         path = os.path.join(apt_dir, base)

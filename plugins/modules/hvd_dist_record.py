@@ -13,8 +13,6 @@ It only reads: safe in check mode, never changes anything. The readers are hvd_n
 
 from __future__ import annotations
 
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state import fingerprint
-
 DOCUMENTATION = r"""
 module: hvd_dist_record
 short_description: Find a Python distribution's installed RECORD in an environment and fingerprint it
@@ -40,12 +38,12 @@ options:
     type: list
     elements: str
     default: []
-author: hvdcluster
+author: hvdcluster developers (@hvdcluster)
 """
 
 EXAMPLES = r"""
 - name: Fingerprint the installed Horovod
-  hvd_dist_record:
+  hvd.cluster.hvd_dist_record:
     prefix: /opt/hvd/env
     name: horovod
   register: record
@@ -65,6 +63,8 @@ files_sha256:
   type: str
   returned: when files are given
 """
+
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state import fingerprint
 
 
 def main() -> None:

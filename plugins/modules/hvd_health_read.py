@@ -13,17 +13,6 @@ It only reads: safe in check mode, never changes anything.
 
 from __future__ import annotations
 
-import getpass
-import glob
-import os
-import re
-import shutil
-import subprocess
-import time
-from typing import Any, Optional
-
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_health import parse_ib_sysfs
-
 DOCUMENTATION = r"""
 module: hvd_health_read
 short_description: Read what a node's GPU and fabric health is judged from (nvidia-smi, kernel log, sysfs, DCGM)
@@ -58,12 +47,12 @@ options:
     description: For tests only - read the node's files (/proc, /sys) below this folder instead of /.
     type: path
     default: /
-author: hvdcluster
+author: hvdcluster developers (@hvdcluster)
 """
 
 EXAMPLES = r"""
 - name: Read the node's health
-  hvd_health_read:
+  hvd.cluster.hvd_health_read:
     quick: true
   register: hvd_health
 """
@@ -76,6 +65,17 @@ reading:
   sample: {"nvidia_smi_q": null, "nvidia_smi_q_error": "nvidia-smi: not installed", "ib": null, "modules": [],
            "pci": [], "kernel_log": null, "kernel_log_error": "dmesg: Operation not permitted"}
 """
+
+import getpass
+import glob
+import os
+import re
+import shutil
+import subprocess
+import time
+from typing import Any, Optional
+
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_health import parse_ib_sysfs
 
 # The kernel log lines that can name a GPU or an NVSwitch (Xid, SXid and the driver's own lines): the rest of a
 # long uptime's log is not sent back.

@@ -9,8 +9,6 @@ hvd_nvidia_driver runs it before any reboot and stops the node's converge when t
 
 from __future__ import annotations
 
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_kernel import module_guard
-
 DOCUMENTATION = r"""
 module: hvd_kernel_guard
 short_description: Check that the kernel a node boots next has the NVIDIA modules (read-only)
@@ -28,11 +26,12 @@ options:
     description: The file system root to read (tests).
     type: path
     default: /
+author: hvdcluster developers (@hvdcluster)
 """
 
 EXAMPLES = r"""
 - name: Check that the kernel the node boots next has the NVIDIA modules
-  hvd_kernel_guard:
+  hvd.cluster.hvd_kernel_guard:
   register: guard
 """
 
@@ -70,6 +69,8 @@ message:
   type: str
   returned: always
 """
+
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_kernel import module_guard
 
 
 def main() -> None:

@@ -22,16 +22,6 @@ that name: of two runs that find the same stale lease, one replaces it and the o
 
 from __future__ import annotations
 
-import errno
-import fcntl
-import json
-import os
-import re
-import socket
-import subprocess
-import time
-from datetime import datetime
-
 DOCUMENTATION = r"""
 module: hvd_lease
 short_description: Acquire or release the build lease of a controller-side cache entry (<entry>.lease)
@@ -53,7 +43,38 @@ options:
   stale_after: {description: "Seconds after which a lease whose pid cannot be checked (another host's) is stale.",
                 type: int, default: 21600}
   poll_interval: {description: Seconds between looks at a held lease., type: float, default: 5}
-author: hvdcluster
+author: hvdcluster developers (@hvdcluster)
+"""
+
+EXAMPLES = r"""
+- name: Take the cache entry's build lease (report it held rather than wait)
+  hvd.cluster.hvd_lease:
+    path: ~/.cache/hvdcluster/envs/env-3f2a9c.tar.zst
+    run_id: "{{ run_id }}"
+    wait: false
+  delegate_to: localhost
+  run_once: true
+  become: false
+  register: lease
+
+- name: Wait for the run that holds it, then take the lease
+  hvd.cluster.hvd_lease:
+    path: ~/.cache/hvdcluster/envs/env-3f2a9c.tar.zst
+    run_id: "{{ run_id }}"
+    timeout: 7200
+  delegate_to: localhost
+  run_once: true
+  become: false
+  when: not lease.acquired
+
+- name: Release the build lease (built, failed, or found published)
+  hvd.cluster.hvd_lease:
+    path: ~/.cache/hvdcluster/envs/env-3f2a9c.tar.zst
+    run_id: "{{ run_id }}"
+    state: released
+  delegate_to: localhost
+  run_once: true
+  become: false
 """
 
 RETURN = r"""
@@ -69,6 +90,16 @@ released: {description: Our lease was removed., type: bool, returned: state=rele
 lease: {description: The lease file's path., type: str, returned: always}
 run_id: {description: The run id passed (release with it)., type: str, returned: always}
 """
+
+import errno
+import fcntl
+import json
+import os
+import re
+import socket
+import subprocess
+import time
+from datetime import datetime
 
 # How ansible-playbook shows in a command line: the script, or the module run with -m.
 PLAYBOOK = re.compile(r"(^|/)ansible-playbook$|^ansible\.cli\.playbook$")
@@ -281,13 +312,13 @@ def acquire(path: str, run_id: str, *, wait: bool = True, timeout: float = 3600,
 def release(path: str, run_id: str, check_mode: bool = False) -> dict:
     """Remove ``<path>.lease`` when ``run_id`` holds it; another run's lease is left in place and named."""
     lease = lease_path(path)
-    state, holder, _ = examine(lease, float("inf"),
-                               lambda h, r: (h or {}).get("run_id") == run_id and not check_mode)
+    state, holder, dummy = examine(lease, float("inf"),
+                                   lambda h, r: (h or {}).get("run_id") == run_id and not check_mode)
     ours = state == "removed" or (state == "kept" and (holder or {}).get("run_id") == run_id)
     result = {"released": ours, "changed": ours, "lease": lease, "run_id": run_id}
     if state == "kept" and not ours:
-        result.update(holder=holder or {}, msg=f"{lease} is not ours (run {run_id}): {describe(holder)} holds it; "
-                                                "left in place")
+        result.update(holder=holder or {},
+                      msg=f"{lease} is not ours (run {run_id}): {describe(holder)} holds it; left in place")
     return result
 
 

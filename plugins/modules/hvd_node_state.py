@@ -17,11 +17,6 @@ It only reads: safe in check mode, never changes anything.
 
 from __future__ import annotations
 
-import time
-
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_host import look
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state import node_state
-
 DOCUMENTATION = r"""
 module: hvd_node_state
 short_description: Read a node's state (packages, GPU stack, MPI, the Python env, SSH mesh, managed blocks) in one call
@@ -80,12 +75,12 @@ options:
     description: For tests only - read the node's files below this folder instead of /. The kernel is the running one.
     type: path
     default: /
-author: hvdcluster
+author: hvdcluster developers (@hvdcluster)
 """
 
 EXAMPLES = r"""
 - name: Read the node's state
-  hvd_node_state:
+  hvd.cluster.hvd_node_state:
     cluster: lab
     packages: [openmpi-bin, nvidia-driver]
     env_prefix: /opt/hvd/env
@@ -107,6 +102,11 @@ seconds:
   type: float
   returned: always
 """
+
+import time
+
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_host import look
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state import node_state
 
 
 def main() -> None:

@@ -29,7 +29,19 @@ options:
     description: The resolver's configuration, for its search domains (tests only).
     type: path
     default: /etc/resolv.conf
-author: hvdcluster
+author: hvdcluster developers (@hvdcluster)
+"""
+
+EXAMPLES = r"""
+- name: Resolve every node's fabric address as this node sees it
+  hvd.cluster.hvd_resolve:
+    names: "{{ nodes | map(attribute='fabric') | unique | list }}"
+  register: resolved
+
+- name: Resolve two names and an address (an address resolves to itself)
+  hvd.cluster.hvd_resolve:
+    names: [gpu01, gpu02.cluster.example, 10.0.0.3]
+  register: resolved
 """
 
 RETURN = r"""

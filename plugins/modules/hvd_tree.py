@@ -22,22 +22,12 @@ is refused, never deleted: ``/usr`` or a user's folder typed as a prefix must no
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import secrets
-import shutil
-import stat
-import subprocess
-import tempfile
-
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import MANIFEST, manifest_entry_differs, read_manifest, sha256_of, walk_tree
-
 DOCUMENTATION = r"""
 module: hvd_tree
 short_description: Install an archive as a folder tree atomically, or remove/create a tree only if it is ours
 description:
-  - Installs an archive as a folder tree atomically (unpacked beside it, then renamed), verifies a tree against its manifest, or removes or creates a tree only when it is hvdcluster's.
+  - Installs an archive as a folder tree atomically (unpacked beside it, then renamed), verifies a tree against its
+    manifest, or removes or creates a tree only when it is hvdcluster's.
 options:
   path: {description: The tree (absolute)., type: path, required: true}
   state:
@@ -51,7 +41,7 @@ options:
           default: false}
   src: {description: "unpacked: the archive on the node (.tar, .tar.gz, .tar.zst).", type: path}
   sha256: {description: "unpacked: the archive's expected sha256.", type: str}
-  marker: {description: Completion marker file inside the tree, written last., type: str, default: .hvd-complete}
+  marker: {description: "Completion marker file inside the tree, written last.", type: str, default: .hvd-complete}
   marker_content: {description: "unpacked: the marker's content (the artifact key).", type: str, default: ""}
   owner_marker: {description: Marks a tree as made by hvdcluster., type: str, default: .hvdcluster}
   check_argv:
@@ -60,14 +50,66 @@ options:
     type: list
     elements: str
     default: []
-author: hvdcluster
+author: hvdcluster developers (@hvdcluster)
+"""
+
+EXAMPLES = r"""
+- name: Check its sha256, unpack it beside the prefix, mark it with the build key, then swap it in
+  hvd.cluster.hvd_tree:
+    path: /opt/hvd/env
+    src: /home/hvd/.cache/hvdcluster/artifacts/env-3f2a9c.tar.zst
+    sha256: "{{ env_sha256 }}"
+    marker: .hvd-env-key
+    marker_content: "{{ env_key }}"
+    check_argv: ["{root}/bin/python", -I, -c, import encodings]
+
+- name: Remove the old environment (only one hvdcluster made)
+  hvd.cluster.hvd_tree:
+    path: /opt/hvd/env
+    state: absent
+    marker: .hvd-env-key
+
+- name: Mark the prefix as ours before anything goes in
+  hvd.cluster.hvd_tree:
+    path: /opt/hvd/env
+    state: owned
+
+- name: Record the manifest of the environment built in place
+  hvd.cluster.hvd_tree:
+    path: /opt/hvd/env
+    state: manifested
+    marker: .hvd-env-key
+
+- name: Is the installed environment still what was unpacked (read-only)?
+  hvd.cluster.hvd_tree:
+    path: /opt/hvd/env
+    state: verified
+    marker: .hvd-env-key
+  check_mode: true
+  register: env_tree
 """
 
 RETURN = r"""
-previous: {description: "unpacked: the marker content the replaced tree had ('' when none).", type: str}
-intact: {description: "verified: the tree is complete (marker) and every file is as installed.", type: bool}
-differences: {description: "verified: what differs (at most 20), e.g. 'changed: lib/x.py', 'missing: bin/y'.", type: list}
+previous: {description: "unpacked: the marker content the replaced tree had ('' when none).", type: str,
+           returned: "state=unpacked"}
+intact: {description: "verified: the tree is complete (marker) and every file is as installed.", type: bool,
+         returned: "state=verified"}
+differences: {description: "verified: what differs (at most 20), e.g. 'changed: lib/x.py', 'missing: bin/y'.", type: list,
+              elements: str, returned: "state=verified"}
 """
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import stat
+import threading
+
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import MANIFEST, manifest_entry_differs, read_manifest, sha256_of, walk_tree
+
+BLOCK = 1 << 20
+
 
 def read_marker(path: str, marker: str) -> str:
     try:
@@ -149,43 +191,68 @@ def verify(root: str, skip: set[str], deep: bool = False, exact: bool = False, m
     return differences[:most]
 
 
-def _extract(src: str, new: str, sha256: str, between=None) -> None:
+def _extract(src: str, new: str, sha256: str, run_command, between=None) -> None:
     """Extract ``src`` into ``new`` from one open file, hashing exactly the bytes tar reads: the archive is checked
     as it is used, so swapping or rewriting ``src`` (the login user's copy) after a check cannot change what is
     installed. A digest that differs raises before anything goes live (``src`` is removed); ``between`` (tests
-    only) runs after each block."""
+    only) runs after each block.
+
+    ``run_command`` is AnsibleModule.run_command. tar reads the archive from a pipe it inherits (``pass_fds``) while
+    a thread of this process reads ``src`` once, hashing each block as it writes it into that pipe: the streaming
+    that tar's stdin gave, with run_command reading tar's output meanwhile."""
     flags = ["--zstd"] if src.endswith(".zst") else []
     digest = hashlib.sha256()
-    with open(src, "rb") as source, tempfile.TemporaryFile() as errors:
-        proc = subprocess.Popen(["tar", "-C", new, *flags, "-xf", "-"], stdin=subprocess.PIPE, stderr=errors)
-        assert proc.stdin is not None
-        try:
-            for block in iter(lambda: source.read(1 << 20), b""):
-                digest.update(block)
-                proc.stdin.write(block)
-                if between is not None:
-                    between()
-        except BrokenPipeError:
-            digest.update(source.read())  # tar stopped early: finish the digest to say why
-        finally:
+    failed: list[BaseException] = []
+    with open(src, "rb") as source:
+        read_end, write_end = os.pipe()
+        open_ends = {read_end, write_end}
+
+        def feed() -> None:
             try:
-                proc.stdin.close()
+                with open(write_end, "wb") as pipe:
+                    for block in iter(lambda: source.read(BLOCK), b""):
+                        digest.update(block)
+                        pipe.write(block)
+                        if between is not None:
+                            between()
             except BrokenPipeError:
-                pass
-        code = proc.wait()
-        errors.seek(0)
-        message = errors.read().decode(errors="replace").strip()[-500:]
+                digest.update(source.read())  # tar stopped early: finish the digest to say why
+            except BaseException as exc:  # raised again below, in the caller's thread
+                failed.append(exc)
+
+        writer = threading.Thread(target=feed, name="hvd_tree-feed", daemon=True)
+
+        def started(proc) -> None:
+            # tar holds the read end now: once it exits, writing fails instead of waiting for a reader forever.
+            open_ends.discard(read_end)
+            os.close(read_end)
+            writer.start()  # a thread only once tar is forked
+            open_ends.discard(write_end)  # the writer closes its end
+
+        try:
+            # --read-full-records: what tar does by itself for an archive on stdin (a pipe returns short reads).
+            code, dummy, message = run_command(
+                ["tar", "-C", new, *flags, "--read-full-records", "-xf", f"/dev/fd/{read_end}"],
+                pass_fds=[read_end], before_communicate_callback=started, expand_user_and_vars=False,
+                encoding=None, handle_exceptions=False)
+        finally:
+            for end in open_ends:  # tar never started: nothing was read or written
+                os.close(end)
+        writer.join()  # tar has exited: the writer is done, or stops at its next write (the pipe is broken)
+    if failed:
+        raise failed[0]
     if digest.hexdigest() != sha256.lower():
         os.unlink(src)
         raise ValueError(f"{src} is corrupt or truncated: sha256 {digest.hexdigest()}, expected {sha256.lower()} "
                          "(removed)")
     if code != 0:
-        raise ValueError(f"unpacking {src} failed: {message}")
+        raise ValueError(f"unpacking {src} failed: {message.decode(errors='replace').strip()[-500:]}")
 
 
 def unpack(src: str, sha256: str, path: str, marker: str, marker_content: str, owner_marker: str,
-           check_argv: list[str]) -> str:
-    """Install ``src`` at ``path`` atomically; returns the marker content of the tree it replaced."""
+           check_argv: list[str], run_command) -> str:
+    """Install ``src`` at ``path`` atomically; returns the marker content of the tree it replaced. ``run_command``:
+    AnsibleModule.run_command."""
     if not os.path.isfile(src):
         raise ValueError(f"{src} is missing")
     refuse_foreign(path, marker, owner_marker)
@@ -195,14 +262,15 @@ def unpack(src: str, sha256: str, path: str, marker: str, marker_content: str, o
     new = os.path.join(parent, f".{base}.hvd-new-{secrets.token_hex(6)}")
     os.mkdir(new, 0o755)
     try:
-        _extract(src, new, sha256)
+        _extract(src, new, sha256, run_command)
         os.chmod(new, 0o755)
         if check_argv:
             argv = [arg.replace("{root}", new) for arg in check_argv]
-            proc = subprocess.run(argv, capture_output=True, text=True)
-            if proc.returncode != 0:
+            code, out, err = run_command(argv, expand_user_and_vars=False, handle_exceptions=False,
+                                         errors="surrogate_then_replace")
+            if code != 0:
                 raise ValueError(f"the unpacked tree fails its check ({' '.join(argv)}): "
-                                 f"{(proc.stderr or proc.stdout).strip()[-500:]}")
+                                 f"{(err or out).strip()[-500:]}")
         write_manifest(new, {owner_marker, marker})
         write_file(os.path.join(new, owner_marker), "made by hvdcluster; removed and replaced by it\n")
         write_file(os.path.join(new, marker), marker_content + "\n")  # last: the tree is complete
@@ -226,7 +294,8 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "path": {"type": "path", "required": True},
-            "state": {"type": "str", "choices": ["unpacked", "owned", "absent", "verified", "manifested"], "default": "unpacked"},
+            "state": {"type": "str", "choices": ["unpacked", "owned", "absent", "verified", "manifested"],
+                      "default": "unpacked"},
             "deep": {"type": "bool", "default": False},
             "exact": {"type": "bool", "default": False},
             "force": {"type": "bool", "default": False},
@@ -275,7 +344,8 @@ def main() -> None:
             module.exit_json(changed=False, previous=p["marker_content"])
         if module.check_mode:
             module.exit_json(changed=True, previous=read_marker(path, marker))
-        previous = unpack(p["src"], p["sha256"], path, marker, p["marker_content"], owner, p["check_argv"])
+        previous = unpack(p["src"], p["sha256"], path, marker, p["marker_content"], owner, p["check_argv"],
+                          module.run_command)
     except (ValueError, OSError) as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=True, previous=previous)

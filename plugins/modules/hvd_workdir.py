@@ -9,11 +9,6 @@ created here; one that already exists with another owner, a looser mode, or as a
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
-import stat
-
 DOCUMENTATION = r"""
 module: hvd_workdir
 short_description: Make (and vet) hvdcluster's private root-owned work folder and a sub-folder of it
@@ -25,12 +20,30 @@ options:
   root: {description: The state folder., type: path, default: /var/lib/hvdcluster}
   name: {description: "Sub-folder for one role's work (letters, digits, '.', '_', '-').", type: str, required: true}
   clean: {description: Empty the sub-folder first., type: bool, default: false}
-author: hvdcluster
+author: hvdcluster developers (@hvdcluster)
+"""
+
+EXAMPLES = r"""
+- name: Start from a clean private work folder (/var/lib/hvdcluster/bundle, root-owned 0700)
+  hvd.cluster.hvd_workdir:
+    name: bundle
+    clean: true
+  register: work
+
+- name: Make the private download folder, keeping what it holds
+  hvd.cluster.hvd_workdir:
+    name: nvidia-repo
+  register: download
 """
 
 RETURN = r"""
 path: {description: The sub-folder's absolute path., type: str, returned: always}
 """
+
+import os
+import re
+import shutil
+import stat
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 

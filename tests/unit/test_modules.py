@@ -5,8 +5,11 @@ These run as root (as the modules do on a node: become) against real folders and
 
 from __future__ import annotations
 
+import ast
+import functools
 import hashlib
 import json
+import locale
 import os
 import subprocess
 import sys
@@ -151,7 +154,26 @@ def make_archive(tmp_path: Path, files: dict[str, str]) -> tuple[Path, str]:
     return archive, sha(archive.read_bytes())
 
 
-UNPACK = {"marker": ".hvd-env-key", "owner_marker": ".hvdcluster", "check_argv": []}
+@functools.cache
+def _ansible_module():
+    """A real AnsibleModule (no options, no syslog line), made once in this process for its run_command."""
+    from ansible.module_utils.basic import AnsibleModule
+    from ansible.module_utils.testing import patch_module_args
+
+    saved = locale.setlocale(locale.LC_ALL)  # AnsibleModule sets the process's locale from the environment
+    try:
+        with patch_module_args({}):
+            return AnsibleModule(argument_spec={}, no_log=True)
+    finally:
+        locale.setlocale(locale.LC_ALL, saved)
+
+
+def run_command(*args, **kwargs):
+    """AnsibleModule.run_command, which hvd_tree's main() hands to unpack (tar and check_argv run through it)."""
+    return _ansible_module().run_command(*args, **kwargs)
+
+
+UNPACK = {"marker": ".hvd-env-key", "owner_marker": ".hvdcluster", "check_argv": [], "run_command": run_command}
 
 
 def test_unpack_installs_the_tree_with_its_marker_written_last(tmp_path: Path) -> None:
@@ -171,8 +193,7 @@ def test_unpack_replaces_the_old_tree_only_once_the_new_one_is_good(tmp_path: Pa
     (tmp_path / "src-tree" / "bin" / "tool").write_text("v2")
     bad, bad_sha = make_archive(tmp_path, {})
     with pytest.raises(ValueError, match="fails its check"):
-        hvd_tree.unpack(str(bad), bad_sha, str(prefix), marker_content="k2",
-                        marker=".hvd-env-key", owner_marker=".hvdcluster", check_argv=["false"])
+        hvd_tree.unpack(str(bad), bad_sha, str(prefix), marker_content="k2", **{**UNPACK, "check_argv": ["false"]})
     assert (prefix / "bin" / "tool").read_text() == "v1" and (prefix / ".hvd-env-key").read_text() == "k1\n"
     # A truncated archive is refused by its sha256, before anything is unpacked.
     data = bad.read_bytes()
@@ -217,6 +238,44 @@ def test_owned_then_absent_removes_only_our_tree(tmp_path: Path) -> None:
     (prefix / "bin").mkdir()
     assert run_module("hvd_tree", {"path": str(prefix), "state": "absent"})["changed"]
     assert not prefix.exists()
+
+
+def test_the_module_unpacks_through_run_command_and_a_second_run_changes_nothing(tmp_path: Path) -> None:
+    """As Ansible runs it: tar reads the archive from the pipe AnsibleModule.run_command hands it (pass_fds)."""
+    archive, digest = make_archive(tmp_path, {"bin/tool": "v1", "lib/x.py": "x"})
+    args = {"path": str(tmp_path / "env"), "src": str(archive), "sha256": digest, "marker": ".hvd-env-key",
+            "marker_content": "k1", "check_argv": ["test", "-f", "{root}/bin/tool"]}
+    result = run_module("hvd_tree", args)
+    assert (result.get("failed"), result["changed"], result["previous"]) == (None, True, "")
+    assert (tmp_path / "env" / "bin" / "tool").read_text() == "v1"
+    assert run_module("hvd_tree", args)["changed"] is False
+    failed = run_module("hvd_tree", {**args, "marker_content": "k2", "check_argv": ["test", "-f", "{root}/nothing"]})
+    assert failed["failed"] and "fails its check" in failed["msg"]
+    assert (tmp_path / "env" / ".hvd-env-key").read_text() == "k1\n"
+
+
+def test_an_uncompressed_archive_of_several_blocks_unpacks_from_the_pipe(tmp_path: Path) -> None:
+    """A plain .tar read from a pipe in short reads (--read-full-records, as tar does for stdin)."""
+    payload = os.urandom(5 << 20)
+    (tmp_path / "src" / "lib").mkdir(parents=True)
+    (tmp_path / "src" / "lib" / "blob").write_bytes(payload)
+    archive = tmp_path / "env.tar"
+    subprocess.run(["tar", "-C", str(tmp_path / "src"), "-cf", str(archive), "."], check=True)
+    result = run_module("hvd_tree", {"path": str(tmp_path / "env"), "src": str(archive), "marker": ".hvd-env-key",
+                                     "sha256": sha(archive.read_bytes()), "marker_content": "k1"})
+    assert result["changed"] and not result.get("failed")
+    assert (tmp_path / "env" / "lib" / "blob").read_bytes() == payload
+
+
+def test_an_archive_tar_cannot_read_fails_with_tars_words_and_leaves_nothing(tmp_path: Path) -> None:
+    """tar (zstd) stops at the first bytes: the rest is still hashed (a broken pipe), the digest matches, tar's
+    message is the error, and no tree or sibling is left."""
+    archive = tmp_path / "env.tar.zst"
+    archive.write_bytes(os.urandom(3 << 20))
+    with pytest.raises(ValueError, match=r"unpacking .* failed: .*\S"):
+        hvd_tree.unpack(str(archive), sha(archive.read_bytes()), str(tmp_path / "env"), marker_content="k1",
+                        **UNPACK)
+    assert archive.exists() and sorted(os.listdir(tmp_path)) == ["env.tar.zst"]
 
 
 # ------------------------------------------------------------------------------------------ hvd_lease
@@ -554,8 +613,8 @@ def test_an_archive_swapped_after_its_check_cannot_change_what_root_unpacks(tmp_
     evil, _ = big_archive(tmp_path, "evil", evil_bytes)
     swapped = []
     real = hvd_tree._extract
-    monkeypatch.setattr(hvd_tree, "_extract", lambda src, new, want: real(
-        src, new, want, between=lambda: swapped or swapped.append(os.replace(evil, good))))
+    monkeypatch.setattr(hvd_tree, "_extract", lambda src, new, want, run: real(
+        src, new, want, run, between=lambda: swapped or swapped.append(os.replace(evil, good))))
     hvd_tree.unpack(str(good), digest, str(tmp_path / "env"), marker_content="k1", **UNPACK)
     assert swapped and (tmp_path / "env" / "lib" / "blob").read_bytes() == good_bytes
 
@@ -569,7 +628,7 @@ def test_an_archive_rewritten_in_place_while_root_reads_it_is_refused(tmp_path: 
             handle.write(b"\0" * 4096)
 
     real = hvd_tree._extract
-    monkeypatch.setattr(hvd_tree, "_extract", lambda src, new, want: real(src, new, want, between=rewrite))
+    monkeypatch.setattr(hvd_tree, "_extract", lambda src, new, want, run: real(src, new, want, run, between=rewrite))
     with pytest.raises(ValueError, match="corrupt or truncated"):
         hvd_tree.unpack(str(good), digest, str(tmp_path / "env"), marker_content="k1", **UNPACK)
     assert not (tmp_path / "env").exists() and [p.name for p in tmp_path.iterdir() if "hvd-new" in p.name] == []
@@ -655,3 +714,55 @@ def test_bundle_collect_in_check_mode_names_what_the_bundle_lacks_and_downloads_
     assert "six==1.16.0" not in result["pending"]
     assert any(entry.startswith("dpkg=") for entry in result["pending"])  # this machine's own packages
     assert list(work.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------------ documentation (ansible-doc)
+MODULES = sorted(path.stem for path in (ROOT / "plugins" / "modules").glob("hvd_*.py"))
+AUTHOR = "hvdcluster developers (@hvdcluster)"
+
+
+def module_docs(name: str) -> tuple[dict, ast.Module]:
+    """DOCUMENTATION, EXAMPLES and RETURN of a module as ansible-doc reads them (YAML), and the module's tree."""
+    import yaml
+
+    tree = ast.parse((ROOT / "plugins" / "modules" / f"{name}.py").read_text())
+    docs = {node.targets[0].id: yaml.safe_load(node.value.value) for node in tree.body if isinstance(node, ast.Assign)
+            and getattr(node.targets[0], "id", "") in ("DOCUMENTATION", "EXAMPLES", "RETURN")}
+    return docs, tree
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_every_module_is_documented_as_ansible_test_validates_it(name: str) -> None:
+    """What `ansible-test sanity` (validate-modules) holds the modules to, checked here without it: the three
+    blocks parse, come before any import, the options are exactly the argument_spec's, every option and return
+    value is described, the examples call the module by its FQCN."""
+    docs, tree = module_docs(name)
+    assert set(docs) == {"DOCUMENTATION", "EXAMPLES", "RETURN"}
+    doc = docs["DOCUMENTATION"]
+    assert doc["module"] == name and doc["author"] == AUTHOR and doc["short_description"]
+    last_doc = max(node.lineno for node in tree.body if isinstance(node, ast.Assign)
+                   and getattr(node.targets[0], "id", "") in docs)
+    imports = [node.lineno for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
+               and getattr(node, "module", "") != "__future__"]
+    assert min(imports, default=last_doc + 1) > last_doc
+    spec = next(keyword.value for node in ast.walk(tree) if isinstance(node, ast.Call)
+                and getattr(node.func, "id", "") == "AnsibleModule" for keyword in node.keywords
+                if keyword.arg == "argument_spec")
+    assert set(doc["options"]) == {key.value for key in spec.keys}
+    for option, about in doc["options"].items():
+        assert set(about) <= {"description", "type", "elements", "default", "choices", "required"}, option
+        assert isinstance(about["description"], (str, list)) and about["type"], option
+    for value, about in docs["RETURN"].items():
+        assert {"description", "type", "returned"} <= set(about), value
+    tasks = docs["EXAMPLES"]
+    assert tasks and any(f"hvd.cluster.{name}" in task for task in tasks)
+    assert not any(key in MODULES for task in tasks for key in task)  # never the short name
+
+
+def test_bundle_module_without_pyyaml_fails_naming_the_library(tmp_path: Path) -> None:
+    """The controller's Python without PyYAML: the module loads (the import sanity test) and fails naming it."""
+    (tmp_path / "yaml").mkdir()
+    (tmp_path / "yaml" / "__init__.py").write_text("raise ImportError('No module named yaml (this test)')\n")
+    result = run_module("hvd_bundle", {"path": str(tmp_path), "cache_dir": str(tmp_path / "cache")},
+                        env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert result["failed"] and "Failed to import the required Python library (PyYAML)" in result["msg"]
