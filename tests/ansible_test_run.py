@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -69,6 +70,14 @@ def installed_collection(tmp: Path) -> Path:
     subprocess.run([tool("ansible-galaxy"), "collection", "install", "--force", "-p", str(tmp / "c"), str(artifact)],
                    cwd=tmp, env=env, check=True, capture_output=True, text=True)
     return tmp / "c" / "ansible_collections" / "hvd" / "cluster"
+
+
+def with_unit_tests(root: Path) -> Path:
+    """The installed collection plus the checkout's collection-only unit tests (tests/unit/plugins), which
+    ``ansible-test units`` runs there: they import the collection as Ansible does, nothing of the command."""
+    shutil.copytree(ROOT / "tests" / "unit" / "plugins", root / "tests" / "unit" / "plugins",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    return root
 
 
 def run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:

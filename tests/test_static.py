@@ -266,3 +266,18 @@ def test_ansible_test_sanity_passes_on_the_built_collection(tmp_path: Path) -> N
     ignored = {line.split()[1] for p in (root / "tests" / "sanity").glob("ignore-*.txt")
                for line in p.read_text().splitlines() if line.strip()}
     assert ignored == {"validate-modules:missing-gplv3-license"}
+
+
+def test_ansible_test_units_run_the_collections_own_unit_tests(tmp_path: Path) -> None:
+    """tests/unit/plugins (the filters' policy, a module run as Ansible runs it) under ansible-test units, in the
+    installed collection: they need nothing but the collection and ansible-core."""
+    from tests import ansible_test_run as ansible_test  # noqa: PLC0415 - only here
+
+    ansible_test.seed_pip_bootstrap()
+    root = ansible_test.with_unit_tests(ansible_test.installed_collection(tmp_path))
+    proc = ansible_test.run(root, "units", "--venv")  # its own venv: pytest-xdist and its pins
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    ran = sum(int(n) for n in re.findall(r"=+ (\d+) passed", proc.stdout))  # the modules' run and the controller's
+    mine = sum(len(re.findall(r"^def test_", p.read_text(), re.M))
+               for p in (ROOT / "tests" / "unit" / "plugins").rglob("test_*.py"))
+    assert ran >= mine > 0, proc.stdout[-3000:]

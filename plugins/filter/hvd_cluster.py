@@ -12,7 +12,7 @@ Roles name the hosts (their group, or the hosts of this run) and take the writte
 
     groups[hvd_base_group] | hvd_members(hostvars, hvd_members | default([]))
 
-Plain functions over plain data: tests/unit/test_filters.py calls them with dictionaries for hostvars.
+Plain functions over plain data: tests/unit/plugins/filter/test_hvd_filters.py calls them with dictionaries for hostvars.
 """
 
 from __future__ import annotations

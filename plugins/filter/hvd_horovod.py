@@ -1,7 +1,7 @@
 """hvd_horovod's build policy: the HOROVOD_* build environment, what ``horovodrun --check-build`` must list, and
 the reading of what it does list.
 
-Plain functions over plain data, so the policy is unit-tested without a node (tests/unit/test_filters.py).
+Plain functions over plain data, so the policy is unit-tested without a node (tests/unit/plugins/filter/test_hvd_filters.py).
 The role calls them from ``roles/hvd_horovod/vars/main.yml`` and ``tasks/main.yml``.
 """
 

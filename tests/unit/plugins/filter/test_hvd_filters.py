@@ -12,8 +12,6 @@ from types import ModuleType
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from tests.conftest import ROOT
-
 
 def _load(name: str) -> ModuleType:
     return importlib.import_module(f"ansible_collections.hvd.cluster.plugins.filter.{name}")

@@ -10,9 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
-
-MODULE = ROOT / "plugins" / "modules" / "hvd_resolve.py"
+# the collection root: the checkout, or the installed copy ansible-test units runs in
+MODULE = Path(__file__).resolve().parents[4] / "plugins" / "modules" / "hvd_resolve.py"
 
 HOSTS = """\
 127.0.0.1 localhost
