@@ -476,15 +476,27 @@ def ansible_playbook(book: Path, **popen) -> subprocess.Popen:
                             **popen)
 
 
+def kill_every_process_of(book: Path) -> None:
+    """SIGKILL every process running ``book``: Ansible starts each task's worker in a session of its own, which a
+    kill of the run's process group does not reach (left alone, it outlives the test)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(book).encode() in (proc / "cmdline").read_bytes().split(b"\0"):
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            pass  # gone meanwhile
+
+
 def test_a_run_holds_the_lease_by_its_ansible_playbook_pid_and_when_killed_the_next_run_takes_it_over(
         tmp_path: Path) -> None:
     entry = str(tmp_path / "cache" / "envs" / "env-k.tar.zst")
     later = tmp_path / "later-task-ran"
-    killed = ansible_playbook(playbook(tmp_path, "killed", [
+    book = playbook(tmp_path, "killed", [
         {"hvd.cluster.hvd_lease": {"path": entry, "run_id": "killed-run"}},
         {"ansible.builtin.file": {"path": str(later), "state": "touch", "mode": "0644"}},
         {"ansible.builtin.pause": {"seconds": 120}},
-    ]), start_new_session=True)
+    ])
+    killed = ansible_playbook(book, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while not later.exists() and killed.poll() is None and time.monotonic() < deadline:
@@ -496,6 +508,7 @@ def test_a_run_holds_the_lease_by_its_ansible_playbook_pid_and_when_killed_the_n
         os.kill(holder["pid"], 0)
     finally:
         os.killpg(killed.pid, signal.SIGKILL)
+        kill_every_process_of(book)
         killed.communicate()
     with pytest.raises(ProcessLookupError):
         os.kill(holder["pid"], 0)
