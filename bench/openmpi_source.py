@@ -17,20 +17,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import sha256_of  # noqa: E402
+from hvdcluster import paths  # noqa: E402
 from tests.debsrc import orig_tarball  # noqa: E402
 from tests.lab import Lab, build_image  # noqa: E402
 
-HVDCLUSTER = str(Path(sys.executable).parent / "hvdcluster")
 BUILD_TASKS = ("Configure (internal hwloc, libevent and PMIx, so nodes cannot disagree on them)",
                "Compile (several minutes)", "Install into the staging folder (the tree every node gets at the prefix)",
                "Pack the installed tree")
@@ -41,17 +39,6 @@ def link_or_copy(src: str, dst: str) -> None:
         os.link(src, dst)
     except OSError:  # another file system
         shutil.copy2(src, dst)
-
-
-def up(lab: Lab, cache: Path) -> tuple[float, dict]:
-    env = {**os.environ, "HVDCLUSTER_CACHE": str(cache)}
-    start = time.monotonic()
-    proc = subprocess.run([HVDCLUSTER, "up", "hosts.yaml", "--json"], cwd=lab.workdir, env=env,
-                          capture_output=True, text=True)
-    seconds = time.monotonic() - start
-    if proc.returncode != 0:
-        sys.exit(f"up failed on {lab.name} (rc {proc.returncode}):\n{proc.stderr[-4000:]}")
-    return seconds, json.loads(proc.stdout)
 
 
 def task_seconds(log: str) -> dict[str, float]:
@@ -70,7 +57,7 @@ def main() -> None:
     version = tarball.name.split("_", 1)[1].split(".orig", 1)[0]
     stack = {"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]},
              "mpi": {"source": "source", "version": version, "url": str(tarball), "sha256": sha256_of(tarball)}}
-    real = Path(os.environ.get("HVDCLUSTER_CACHE") or Path.home() / ".cache" / "hvdcluster")
+    real = paths.controller_cache()
     with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:
         work = Path(tmp)
         cache = work / "cache"
@@ -80,13 +67,13 @@ def main() -> None:
                 shutil.copytree(real / folder, cache / folder, copy_function=link_or_copy)
         cold_lab = Lab("bomc", 2, work / "cold", slots=2, stack=stack)
         cold_lab.up()
-        cold, doc = up(cold_lab, cache)
+        cold, doc = cold_lab.timed_up(cache)
         build = task_seconds(doc["log"])
-        noop, noop_doc = up(cold_lab, cache)
+        noop, noop_doc = cold_lab.timed_up(cache)
         cold_lab.down()
         warm_lab = Lab("bomw", 2, work / "warm", slots=2, stack=stack)
         warm_lab.up()
-        warm, warm_doc = up(warm_lab, cache)
+        warm, warm_doc = warm_lab.timed_up(cache)
         warm_build = task_seconds(warm_doc["log"])
         warm_lab.down()
         [archive] = (cache / "openmpi").glob("openmpi-*.tar.zst")

@@ -10,12 +10,8 @@ Run from the checkout after tests/setup.sh:  .venv/bin/python bench/up_scaling.p
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,18 +20,6 @@ sys.path.insert(0, str(ROOT))
 from tests.lab import Lab, build_image  # noqa: E402
 
 STACK = {"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]}}
-HVDCLUSTER = str(Path(sys.executable).parent / "hvdcluster")
-
-
-def up(lab: Lab, cache: Path) -> tuple[float, dict]:
-    env = {**os.environ, "HVDCLUSTER_CACHE": str(cache)}
-    start = time.monotonic()
-    proc = subprocess.run([HVDCLUSTER, "up", "hosts.yaml", "--json"], cwd=lab.workdir, env=env,
-                          capture_output=True, text=True)
-    seconds = time.monotonic() - start
-    if proc.returncode != 0:
-        sys.exit(f"up failed on {lab.name} (rc {proc.returncode}):\n{proc.stderr[-4000:]}")
-    return seconds, json.loads(proc.stdout)
 
 
 def main() -> None:
@@ -44,15 +28,15 @@ def main() -> None:
         work = Path(tmp)
         one = Lab("bench1", 1, work / "one", slots=2, stack=STACK)
         one.up()
-        cold1, _ = up(one, work / "cache1")
+        cold1, _ = one.timed_up(work / "cache1")
         one.down()
 
         two = Lab("bench2", 2, work / "two", slots=2, stack=STACK)
         two.up()
-        cold2, _ = up(two, work / "cache2")
+        cold2, _ = two.timed_up(work / "cache2")
         noops = []
         for _ in range(3):  # a 2-core machine is noisy: the best and the median of three
-            seconds, doc = up(two, work / "cache2")
+            seconds, doc = two.timed_up(work / "cache2")
             noops.append((seconds, sum(h["changed"] for h in doc["hosts"].values())))
         two.down()
 

@@ -163,6 +163,18 @@ class Lab:
         self.write_hosts_yaml()
         self.wait_for_ssh()
 
+    def timed_up(self, cache: Path, *args: str) -> tuple[float, dict]:
+        """`hvdcluster up hosts.yaml --json ARGS` with the controller cache ``cache``: its wall seconds and summary
+        (the benchmarks' figure); a failed run exits naming the lab."""
+        env = {**os.environ, "HVDCLUSTER_CACHE": str(cache)}
+        start = time.monotonic()
+        proc = subprocess.run([str(Path(sys.executable).parent / "hvdcluster"), "up", "hosts.yaml", "--json", *args],
+                              cwd=self.workdir, env=env, capture_output=True, text=True)
+        seconds = time.monotonic() - start
+        if proc.returncode != 0:
+            sys.exit(f"up failed on {self.name} (rc {proc.returncode}):\n{proc.stderr[-4000:]}")
+        return seconds, json.loads(proc.stdout)
+
     def exec(self, index: int, *command: str, user: str | None = None) -> subprocess.CompletedProcess[str]:
         """Run a command in a node's container (as root, or as ``user``)."""
         who = ["-u", user] if user else []

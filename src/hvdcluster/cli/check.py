@@ -5,21 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import lock, spec
+from .. import lock
 from ..progress import dump_json, printable
-from .common import bastion_problem, check_limit, existing_inventory
+from .common import bastion_problem, read_only_start
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Compare every node with the desired state and with its peers; read-only (check mode, no sudo)."""
     from .. import drift, nodestate
-    from ..runner import check_environment
 
-    check_environment()
-    cluster = spec.load(args.hosts)
-    check_limit(args.limit, cluster)
-    root = existing_inventory(args, cluster)
-    names = [h.name for h in cluster.hosts]
+    cluster, root, names = read_only_start(args)
     with lock.hold(root, "check"):
         reading = nodestate.read(root, args.limit, hosts=[] if args.limit else names, deep=args.deep)
     scope = [n for n in names if n in reading.found or n in reading.unreachable]

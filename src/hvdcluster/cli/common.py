@@ -146,6 +146,18 @@ def render(cluster: spec.ClusterSpec, output: Path, plan: compat.Plan) -> Path:
         raise HvdError(f"cannot write the inventory in {output / cluster.cluster}: {exc.strerror or exc}") from None
 
 
+def read_only_start(args: argparse.Namespace) -> tuple[spec.ClusterSpec, Path, list[str]]:
+    """What every read-only look at the nodes (check, health) starts with, before any node is contacted: the operator
+    environment checked, hosts.yaml loaded, ``--limit`` checked, the inventory `up` wrote; the host names of
+    hosts.yaml in its order."""
+    from ..runner import check_environment
+
+    check_environment()
+    cluster = spec.load(args.hosts)
+    check_limit(args.limit, cluster)
+    return cluster, existing_inventory(args, cluster), [h.name for h in cluster.hosts]
+
+
 def existing_inventory(args: argparse.Namespace, cluster: spec.ClusterSpec) -> Path:
     """The inventory `up` wrote for ``cluster`` (check and run work on it; they never rewrite it)."""
     root = Path(args.output) / cluster.cluster

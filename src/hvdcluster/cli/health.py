@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import lock, spec
+from .. import lock
 from ..errors import HvdError
 from ..progress import dump_json, printable
-from .common import bastion_problem, check_limit, existing_inventory
+from .common import bastion_problem, read_only_start
 
 FULL_NOT_BUILT = "--full: not yet: the bandwidth gate (nccl-tests) is not built; run without --full"
 
@@ -17,15 +17,10 @@ def cmd_health(args: argparse.Namespace) -> int:
     """Read every node (check mode, no sudo) and judge its GPUs, NVLink, kernel log, InfiniBand ports and Fabric
     Manager; exit 0 healthy (warnings allowed), 1 a failure or a node not read, 2 bad input."""
     from .. import health, nodestate
-    from ..runner import check_environment
 
     if args.full:
         raise HvdError(FULL_NOT_BUILT)
-    check_environment()
-    cluster = spec.load(args.hosts)
-    check_limit(args.limit, cluster)
-    root = existing_inventory(args, cluster)
-    names = [h.name for h in cluster.hosts]
+    cluster, root, names = read_only_start(args)
     with lock.hold(root, "health"):
         reading = health.read(root, args.limit, hosts=[] if args.limit else names, quick=args.quick)
     scope = [n for n in names if n in reading.found]
