@@ -1,7 +1,8 @@
 """`hvdcluster up` over real SSH against three sshd containers.
 
-The tests share one cluster and run in file order: converge, converge again, check mode, a changed host
-key, and a stopped node (the last two restore what they change).
+The tests share one cluster, converged once by a module fixture before any of them (so any subset runs on its own,
+e.g. with -k), then in file order: converge again, check mode, drift and its repair, a changed host key, and a stopped
+or lost node (each restores what it changes).
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ def ssh_from(lab: Lab, src: int, target: str) -> subprocess.CompletedProcess[str
                     user=lab.user)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def first_up(hvd) -> tuple[int, dict, str]:
+    """The cluster's first converge (rc, summary, stderr): every test here starts from a converged cluster;
+    test_up_converges_every_node_and_every_node_reaches_every_other judges this run."""
+    return hvd.up_json()
+
+
 def test_wheel_install_runs_from_outside_the_checkout_with_its_own_ansible_content(hvd) -> None:
     proc = subprocess.run([str(hvd.bin / "python"), "-c", "from hvdcluster import paths; print(paths.ansible_home())"],
                           cwd=hvd.cwd, capture_output=True, text=True, check=True)
@@ -41,8 +49,8 @@ def test_wheel_install_runs_from_outside_the_checkout_with_its_own_ansible_conte
     assert versions[0] == versions[1] == yaml.safe_load((ROOT / "galaxy.yml").read_text())["version"]
 
 
-def test_up_converges_every_node_and_every_node_reaches_every_other(hvd, lab3: Lab) -> None:
-    rc, doc, err = hvd.up_json()
+def test_up_converges_every_node_and_every_node_reaches_every_other(first_up, lab3: Lab) -> None:
+    rc, doc, err = first_up
     assert rc == 0, err[-4000:]
     assert doc["ok"] and set(doc["hosts"]) == {"node1", "node2", "node3"}
     assert all(h["failed"] == 0 and h["unreachable"] == 0 for h in doc["hosts"].values())
