@@ -22,11 +22,10 @@ def controller_cache(environ: Mapping[str, str] | None = None) -> str:
     return environ.get(CACHE_VARIABLE) or os.path.join(home, ".cache", "hvdcluster")
 
 
+_FIXED = {"env_prefix": ENV_PREFIX, "artifact_dir": ARTIFACT_DIR}
+NAMES = (*_FIXED, "controller_cache")  # what the lookup answers
+
+
 def value(name: str, environ: Mapping[str, str] | None = None) -> str:
-    """One shared default by its name (env_prefix, artifact_dir, controller_cache); KeyError for another name."""
-    if name == "controller_cache":
-        return controller_cache(environ)
-    return {"env_prefix": ENV_PREFIX, "artifact_dir": ARTIFACT_DIR}[name]
-
-
-NAMES = ("env_prefix", "artifact_dir", "controller_cache")
+    """One shared default by its name (one of NAMES); KeyError for another name."""
+    return controller_cache(environ) if name == "controller_cache" else _FIXED[name]

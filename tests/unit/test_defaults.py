@@ -26,21 +26,22 @@ def ask_ansible(*terms: str, env: dict[str, str]) -> subprocess.CompletedProcess
     return subprocess.run(
         [str(Path(sys.executable).parent / "ansible"), "localhost", "-m", "ansible.builtin.debug",
          "-a", json.dumps({"msg": f"{{{{ query('hvd.cluster.hvd_default', {quoted}) | to_json }}}}"})],
-        cwd=ROOT, capture_output=True, text=True, env={**env, "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json"},
-        check=False)
+        cwd=ROOT, capture_output=True, text=True, check=False,
+        env={**env, "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json"})
 
 
 @pytest.mark.parametrize("cache", [None, "/srv/hvd-cache"])
 def test_the_lookup_and_the_command_name_the_same_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           cache: str | None) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "HVDCLUSTER_CACHE"} | {"HOME": str(tmp_path)}
+    """Ansible (the lookup) and the command (paths) in the same environment: HOME here, HVDCLUSTER_CACHE set or not."""
+    monkeypatch.setenv("HOME", str(tmp_path))
     if cache:
-        env["HVDCLUSTER_CACHE"] = cache
-    proc = ask_ansible("env_prefix", "artifact_dir", "controller_cache", env=env)
+        monkeypatch.setenv("HVDCLUSTER_CACHE", cache)
+    else:
+        monkeypatch.delenv("HVDCLUSTER_CACHE", raising=False)
+    proc = ask_ansible("env_prefix", "artifact_dir", "controller_cache", env=dict(os.environ))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     said = json.loads(json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]["msg"])
-    monkeypatch.setattr(os, "environ", env)
-    monkeypatch.setenv("HOME", str(tmp_path))
     assert said == [launch.DEFAULT_PREFIX, hvd_defaults.ARTIFACT_DIR, str(paths.controller_cache())]
     assert said[2] == (cache or str(tmp_path / ".cache" / "hvdcluster"))
     assert resolver.DEFAULT_PREFIX == said[0] == "/opt/hvd/env"
