@@ -27,7 +27,7 @@ ORDER = ["python", "pip", "hvd-probe"]  # pip is built against the python built 
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent / "collections"))  # ansible_collections/hvd/cluster: the checkout
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import sha256_of  # noqa: E402
-from tests.debsrc import orig_tarball, test_cache  # noqa: E402
+from tests.debsrc import cache_lock, orig_tarball, test_cache  # noqa: E402
 
 
 def key(tarball_sha256: str) -> str:
@@ -55,6 +55,11 @@ def build() -> Path:
     """The channel folder (built once per key, then reused); raises with the build's output when it fails."""
     tarball = orig_tarball("python3.11")
     tar_sha = sha256_of(tarball)
+    with cache_lock("conda-channel"):
+        return _build(tarball, tar_sha)
+
+
+def _build(tarball: Path, tar_sha: str) -> Path:
     dest = test_cache() / "conda-channel" / key(tar_sha)
     if (dest / ".complete").is_file():
         return dest

@@ -10,6 +10,8 @@ reused while they are there; apt checks every file against the signed source ind
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import shutil
@@ -21,6 +23,17 @@ from pathlib import Path
 
 def test_cache() -> Path:
     return Path(os.environ.get("HVDCLUSTER_TEST_CACHE") or Path.home() / ".cache" / "hvdcluster-tests")
+
+
+@contextlib.contextmanager
+def cache_lock(name: str):
+    """Held while one test process fills or reads an entry of the test cache: suites run in parallel workers
+    (pytest-xdist), and two of them may want the same entry at once."""
+    path = test_cache() / "locks" / f"{name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def _deb822_sources(text: str) -> list[dict[str, str]]:
@@ -66,6 +79,11 @@ def fetch(package: str) -> Path:
     """The folder with `package`'s source files (.dsc, orig tarball, Debian tarball): downloaded once, then reused.
     Where a security or updates suite's mirror lacks some file of its newest version, the release suites' version
     is taken instead."""
+    with cache_lock(f"debsrc-{package}"):
+        return _fetch(package)
+
+
+def _fetch(package: str) -> Path:
     dest = test_cache() / "debsrc" / package
     if dest.is_dir() and list(dest.glob("*.dsc")) and (dest / ".complete").is_file():
         return dest

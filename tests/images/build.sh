@@ -10,6 +10,10 @@ hash=$(cat "$0" "$here"/node/* | sha256sum | cut -c1-12)
 image=${HVD_NODE_IMAGE:-hvdcluster/node:debian12}
 base=hvdcluster/debian12-rootfs:$hash
 
+# Parallel test workers each ask for the image: one builds it, the others wait here and then find it up to date.
+exec 9>>"${TMPDIR:-/var/tmp}/hvdcluster-node-image.$(id -u).lock"
+flock 9
+
 if [ "$(docker image inspect -f '{{ index .Config.Labels "hvdcluster.hash" }}' "$image" 2>/dev/null)" = "$hash" ]; then
     echo "node image $image is up to date ($hash)"
     exit 0
