@@ -39,31 +39,41 @@ def node_image() -> str:
     return "hvdcluster/node:debian12"
 
 
-# Full-tier scheduling (tests/run.sh runs pytest-xdist with --dist loadgroup): each container suite is one group, so
-# its module-scoped cluster lives in one worker; each molecule scenario is a group of its own. Groups start longest
-# first (minutes on this 2-core machine, from the per-suite times in the last closing note; used for ordering only,
-# a wrong figure costs wall time, never a result). Unit and static tests are not grouped: they fill the gaps.
+# Full-tier scheduling (tests/run.sh runs two pytest-xdist workers): a container suite is one scheduling unit, so its
+# module-scoped cluster lives in one worker; each molecule scenario is a unit of its own. Units start longest first
+# (minutes on this 2-core machine, from the per-suite times in the last closing note; used for ordering only: a wrong
+# figure costs wall time, never a result). Unit and static test modules fill the gaps.
 MINUTES = {"test_up": 15, "molecule-gpu": 9, "test_train": 9, "test_openmpi_source": 8, "test_fanout": 7,
            "test_conda": 6, "test_bundle": 6, "molecule-horovod": 4, "test_no_wheelhouse": 3, "molecule-conda": 2,
            "molecule-default": 2, "test_preflight": 1, "test_bastion": 1}
 
 
-def _group(item: pytest.Item) -> str | None:
-    if item.get_closest_marker("containers") is None:
-        return None
-    if item.get_closest_marker("xdist_group") is None:
-        module = item.module.__name__.rsplit(".", 1)[-1]
-        name = f"molecule-{item.callspec.params['scenario']}" if module == "test_molecule" else module
-        item.add_marker(pytest.mark.xdist_group(name))
-    return item.get_closest_marker("xdist_group").args[0]
+def scheduling_unit(nodeid: str) -> str:
+    """The unit a test is scheduled in: its module, or for a molecule scenario the scenario."""
+    module = nodeid.split("::", 1)[0]
+    if module == "tests/molecule/test_molecule.py" and "[" in nodeid:
+        return "molecule-" + nodeid.rsplit("[", 1)[1].rstrip("]")
+    return module
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the group marks into scheduling scopes
+def _minutes(unit: str) -> int:
+    return MINUTES.get(unit.rsplit("/", 1)[-1].removesuffix(".py"), 0)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    groups = [_group(item) for item in items]
-    first: dict[str | None, int] = {}
-    for n, group in enumerate(groups):
-        first.setdefault(group, n)
-    order = {id(item): (-MINUTES.get(group, 1) if group else 0, first[group] if group else n, n)
-             for n, (item, group) in enumerate(zip(items, groups))}
+    first: dict[str, int] = {}
+    for n, item in enumerate(items):
+        first.setdefault(scheduling_unit(item.nodeid), n)
+    order = {id(item): (-_minutes(scheduling_unit(item.nodeid)), first[scheduling_unit(item.nodeid)], n)
+             for n, item in enumerate(items)}
     items.sort(key=lambda item: order[id(item)])
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    from xdist.scheduler import LoadScopeScheduling  # noqa: PLC0415 - only under tests/run.sh's workers
+
+    class ByUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scheduling_unit(nodeid)
+
+    return ByUnit(config, log)

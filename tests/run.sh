@@ -3,7 +3,7 @@
 #   tests/run.sh --fast     unit tests, lint, syntax checks only (minutes, no containers)
 #   tests/run.sh -k NAME    extra arguments go to pytest
 # Two pytest-xdist workers (HVD_TEST_WORKERS; 0 runs in one process): each container suite and each molecule scenario
-# is one scheduling group (tests/conftest.py), longest first, so suites that wait on their nodes overlap.
+# is one scheduling unit (tests/conftest.py), longest first, so suites that wait on their nodes overlap.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -13,5 +13,5 @@ if [ "${1:-}" = "--fast" ]; then
     marker=(-m "not containers")
 fi
 tests/setup.sh
-workers=(-n "${HVD_TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder)
+workers=(-n "${HVD_TEST_WORKERS:-2}" --dist loadscope --no-loadscope-reorder)
 exec .venv/bin/python -m pytest "${workers[@]}" "${marker[@]}" "$@"
