@@ -257,8 +257,9 @@ def _remove(name: str, networks: list[str]) -> None:
     ids = docker("ps", "-aq", "--filter", f"label={LABEL}={name}").split()
     if ids:
         docker("rm", "-f", *ids)
-    for network in networks:
-        docker("network", "rm", network, check=False)
+    for network in networks:  # by id: a name that two concurrent creations both took is ambiguous to `rm NAME`
+        for ident in docker("network", "ls", "-q", "--filter", f"name=^{network}$").split():
+            docker("network", "rm", ident, check=False)
 
 
 def _wait_for_sshd(container: str, timeout: float = 60) -> None:
