@@ -41,11 +41,11 @@ def node_image() -> str:
 
 # Full-tier scheduling (tests/run.sh runs two pytest-xdist workers): a container suite is one scheduling unit, so its
 # module-scoped cluster lives in one worker; each molecule scenario is a unit of its own. Units start longest first
-# (minutes on this 2-core machine, from the per-suite times in the last closing note; used for ordering only: a wrong
-# figure costs wall time, never a result). Unit and static test modules fill the gaps.
-MINUTES = {"test_up": 15, "molecule-gpu": 9, "test_train": 9, "test_openmpi_source": 8, "test_fanout": 7,
-           "test_conda": 6, "test_bundle": 6, "molecule-horovod": 4, "test_no_wheelhouse": 3, "molecule-conda": 2,
-           "molecule-default": 2, "test_preflight": 1, "test_bastion": 1}
+# (minutes on this 2-core machine with both workers busy, from the last full run's junit; used for ordering only:
+# a wrong figure costs wall time, never a result). Unit and static test modules fill the gaps.
+MINUTES = {"test_up": 22, "test_train": 17, "test_fanout": 13, "test_conda": 12, "test_bundle": 11, "molecule-gpu": 9,
+           "molecule-driver": 9, "test_openmpi_source": 8, "molecule-horovod": 7, "molecule-conda": 3,
+           "test_no_wheelhouse": 3, "molecule-default": 3, "test_static": 2, "test_preflight": 1, "test_bastion": 1}
 
 
 def scheduling_unit(nodeid: str) -> str:
