@@ -137,7 +137,8 @@ def packages_state(root: str, names: list[str]) -> dict:
 def driver_state(root: str) -> dict:
     """``driver.installed`` (NVML's versioned library file), ``driver.loaded`` (/proc) and ``gpu.count`` (fact).
 
-    Where the driver runs in kernel mode (hvd_nvidia_driver's fact says ``mode: kernel``) also ``driver.next_boot``:
+    Where the driver has kernel modules (hvd_nvidia_driver's fact says ``mode: kernel``, or ``image`` for an image
+    being built) also ``driver.next_boot``:
     "ok" when the kernel the boot loader starts next has the nvidia, nvidia-modeset and nvidia-uvm modules (whatever
     kernel that is, so healthy peers read alike), else "<kernel> has no NVIDIA module (<missing>): <cause>"
     (plugins/module_utils/hvd_kernel.py). CPU nodes and containers have no such item."""
@@ -149,7 +150,7 @@ def driver_state(root: str) -> dict:
     except (TypeError, ValueError):
         count = 0
     out = {"driver.installed": ",".join(found) or ABSENT, "driver.loaded": loaded or ABSENT, "gpu.count": count}
-    if fact.get("mode") == "kernel":
+    if fact.get("mode") in ("kernel", "image"):
         out["driver.next_boot"] = guard_item(module_guard(root))
     return out
 

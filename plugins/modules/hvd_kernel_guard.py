@@ -48,6 +48,10 @@ how:
   description: How the kernel was found (GRUB's default, next_entry, the newest image, ...).
   type: str
   returned: always
+modules:
+  description: Each NVIDIA module's file built for that kernel (below /lib/modules/<kernel>), or null.
+  type: dict
+  returned: always
 missing:
   description: The modules not found.
   type: list
@@ -79,9 +83,9 @@ def main() -> None:
     module = AnsibleModule(argument_spec={"kernel": {"type": "str"}, "root": {"type": "path", "default": "/"}},
                            supports_check_mode=True)
     guard = module_guard(module.params["root"], kernel=module.params["kernel"] or None)
+    keys = ("kernel", "how", "modules", "missing", "cause", "headers", "log_tail", "message")
     module.exit_json(changed=False, ok=not guard["missing"] and bool(guard["kernel"]),
-                     **{key: guard.get(key) for key in ("kernel", "how", "missing", "cause", "headers", "log_tail",
-                                                        "message")})
+                     **{key: guard.get(key) for key in keys})
 
 
 if __name__ == "__main__":
