@@ -61,12 +61,12 @@ def _minutes(unit: str) -> int:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    units = [scheduling_unit(item.nodeid) for item in items]
     first: dict[str, int] = {}
-    for n, item in enumerate(items):
-        first.setdefault(scheduling_unit(item.nodeid), n)
-    order = {id(item): (-_minutes(scheduling_unit(item.nodeid)), first[scheduling_unit(item.nodeid)], n)
-             for n, item in enumerate(items)}
-    items.sort(key=lambda item: order[id(item)])
+    for n, unit in enumerate(units):
+        first.setdefault(unit, n)
+    order = sorted(range(len(items)), key=lambda n: (-_minutes(units[n]), first[units[n]], n))
+    items[:] = [items[n] for n in order]
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
