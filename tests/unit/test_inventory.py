@@ -182,6 +182,19 @@ def test_a_cpu_stack_turns_the_gpu_roles_off_and_a_gpu_stack_on() -> None:
     assert inventory.stack_vars(gpu)["hvd_gpu"] is True
 
 
+def test_without_device_forces_the_driver_on_nodes_the_probe_found_no_gpu_on() -> None:
+    """A golden image built where no NVIDIA device is: the stack stays a GPU stack and the driver role is forced."""
+    spec_ = spec.loads('cluster: img\nhosts: [10.0.0.1]\nstack: {driver: "535", without_device: true}\n', "hosts.yaml")
+    forced = inventory.stack_vars(compat.resolve(spec_.stack, compat.NodeInfo(), gpu=None).stack)
+    assert forced["hvd_gpu"] is True
+    assert forced["hvd_nvidia_driver_force"] is True
+    assert forced["hvd_nvidia_driver_version"] == "535"
+    unforced = inventory.stack_vars(compat.resolve({"driver": "535"}).stack)
+    assert "hvd_nvidia_driver_force" not in unforced  # the role's default (false) stands
+    cpu = inventory.stack_vars(compat.resolve({"without_device": True, "horovod": {"gpu_operations": "none"}}).stack)
+    assert cpu["hvd_gpu"] is False and "hvd_nvidia_driver_force" not in cpu
+
+
 @pytest.mark.parametrize("damage", ["all: [unclosed\n", "- a list\n", "\xff\xfe"])
 def test_a_damaged_inventory_file_is_one_line_naming_it(
     cluster: spec.ClusterSpec, tmp_path: Path, damage: str

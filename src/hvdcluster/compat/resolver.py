@@ -181,6 +181,7 @@ def resolve(
     resolved = {
         "gpu": draft.values["gpu"],
         "gpu_source": draft.values.get("gpu_source"),
+        **({"without_device": True} if stack.get("without_device") and draft.values["gpu"] else {}),
         **{name: draft.values.get(name) for name in ("driver", "cuda", "cudnn", "nccl", "gcc")},
         "mpi": mpi,
         "python": python,

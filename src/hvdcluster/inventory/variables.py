@@ -168,6 +168,7 @@ STACK_VARS: dict[tuple[str, ...], str] = {
     ("cudnn",): "hvd_cudnn_version",
     ("nccl",): "hvd_nccl_version",
     ("gpu_source",): "hvd_gpu_source",
+    ("without_device",): "hvd_nvidia_driver_force",
     ("mpi", "impl"): "hvd_openmpi_impl",
     ("mpi", "version"): "hvd_openmpi_version",
     ("mpi", "source"): "hvd_openmpi_source",

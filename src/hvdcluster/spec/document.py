@@ -118,6 +118,8 @@ _stack = _section(
         "cudnn": _version,
         "nccl": _version,
         "gpu_source": _choice("system", "env"),
+        # the driver on nodes without an NVIDIA device: a golden image being built, CI (hvd_nvidia_driver_force)
+        "without_device": _boolean,
         "gcc": _version,
         "mpi": _section(
             {
