@@ -3,8 +3,10 @@ run from a folder outside the checkout."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -18,13 +20,24 @@ from tests.lab import Lab
 
 @pytest.fixture(scope="session")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`hvdcluster` from the wheel, in a venv of its own: returns the venv's bin folder."""
-    work = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(work / "dist"), str(ROOT)],
-                   check=True, capture_output=True)
-    [wheel] = (work / "dist").glob("hvdcluster-*.whl")
-    subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True)
-    subprocess.run([str(work / "venv" / "bin" / "pip"), "install", "-q", str(wheel)], check=True)
+    """`hvdcluster` from the wheel, in a venv of its own: returns the venv's bin folder.
+
+    Built once per test run: the pytest-xdist workers share it (their temp folders have one parent), the first one
+    builds it under a lock and the others find it made."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    work = root / "installed-wheel"
+    with (root / "installed-wheel.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (work / "venv" / "done").exists():
+            shutil.rmtree(work, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(work / "dist"), str(ROOT)],
+                           check=True, capture_output=True)
+            [wheel] = (work / "dist").glob("hvdcluster-*.whl")
+            subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True)
+            subprocess.run([str(work / "venv" / "bin" / "pip"), "install", "-q", str(wheel)], check=True)
+            (work / "venv" / "done").touch()
     return work / "venv" / "bin"
 
 
