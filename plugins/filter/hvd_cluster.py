@@ -105,6 +105,23 @@ def hvd_allreduce_ranks(lines: Iterable[str], np: int) -> list[dict[str, Any]]:
     return ranks
 
 
+_THROUGHPUT = re.compile(r"hvd-verify-throughput size=(\d+) device=(\S+) bytes=(\d+) iters=(\d+) seconds=(\S+) "
+                         r"algbw_gbs=(\S+) busbw_gbs=(\S+)")
+
+
+def hvd_allreduce_throughput(lines: Iterable[str]) -> dict[str, Any]:
+    """The post-flight allreduce's own throughput (rank 0's ``hvd-verify-throughput`` line of
+    roles/hvd_verify/files/allreduce.py) as {ranks, device, bytes, iters, seconds, algbw_gbs, busbw_gbs}; {} when
+    no such line was printed."""
+    for line in lines:
+        found = _THROUGHPUT.search(line)
+        if found:
+            ranks, device, size, iters, seconds, algbw, busbw = found.groups()
+            return {"ranks": int(ranks), "device": device, "bytes": int(size), "iters": int(iters),
+                    "seconds": float(seconds), "algbw_gbs": float(algbw), "busbw_gbs": float(busbw)}
+    return {}
+
+
 def hvd_rotate(items: list[Any], start: int) -> list[Any]:
     """``items`` starting at position ``start`` (modulo its length) and wrapping round: when every node walks its
     peers from its own position, no two nodes knock on the same peer at once (sshd drops connections beyond
@@ -118,4 +135,5 @@ def hvd_rotate(items: list[Any], start: int) -> list[Any]:
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {"hvd_members": hvd_members, "hvd_member_peers": hvd_member_peers,
-                "hvd_allreduce_ranks": hvd_allreduce_ranks, "hvd_rotate": hvd_rotate}
+                "hvd_allreduce_ranks": hvd_allreduce_ranks,
+                "hvd_allreduce_throughput": hvd_allreduce_throughput, "hvd_rotate": hvd_rotate}

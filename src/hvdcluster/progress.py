@@ -236,6 +236,12 @@ class Tracker:
         return set(self.hosts)
 
     @property
+    def throughput(self) -> dict[str, dict[str, Any]]:
+        """The post-flight allreduces' own throughput, per controller (hvd_verify's set_stats `hvd_throughput`)."""
+        found = self.stats.get("hvd_throughput")
+        return {k: v for k, v in found.items() if isinstance(v, dict) and v} if isinstance(found, dict) else {}
+
+    @property
     def ok(self) -> bool:
         return self.finished and not any(h.failed or h.unreachable or h.unrepaired for h in self.hosts.values())
 
@@ -251,6 +257,7 @@ class Tracker:
             "notices": self.notices,
             "preflight": self.preflight,
             "transfers": transfer_report(self.transfers),
+            "throughput": self.throughput,
         }
 
 
@@ -315,6 +322,11 @@ class Console:
         if tracker.transfers:
             self.write()
             self.write(transfer_line(transfer_report(tracker.transfers)))
+        if tracker.throughput:
+            self.write()
+            self.write("Post-flight allreduce throughput (bus bandwidth as nccl-tests defines it):")
+            for controller, figures in sorted(tracker.throughput.items()):
+                self.write(f"  {throughput_line(controller, figures)}")
         if tracker.notices:
             self.write()
             self.write("Notices:")
@@ -326,6 +338,13 @@ class Console:
 
 
 CONTROLLER = "controller"
+
+
+def throughput_line(controller: str, figures: dict[str, Any]) -> str:
+    """One controller's post-flight figures: `gloo: 4 ranks, 16 MiB in host memory, busbw 0.61 GB/s (algbw 0.41)`."""
+    where = "in GPU memory" if figures.get("device") in ("cuda", "gpu") else "in host memory"
+    return (f"{controller}: {figures.get('ranks')} ranks, {_size(int(figures.get('bytes') or 0))} {where}, "
+            f"busbw {float(figures.get('busbw_gbs') or 0):.2f} GB/s (algbw {float(figures.get('algbw_gbs') or 0):.2f})")
 
 
 def transfer_report(copies: list[dict[str, Any]]) -> dict[str, Any]:

@@ -128,13 +128,23 @@ def test_second_full_up_builds_nothing_and_changes_nothing(converged) -> None:
     assert tasks["Start one process per node with mpirun and collect the hostnames"] == {"ok"}
 
 
-def test_up_verify_runs_the_build_gate_and_the_allreduces_anyway(converged) -> None:
+def test_up_verify_runs_the_build_gate_and_the_allreduces_anyway(converged, lab2: Lab) -> None:
     rc, doc, err = converged.up_json("--verify")
     assert rc == 0, err[-4000:]
     assert all(h["changed"] == 0 for h in doc["hosts"].values())
     tasks = task_outcomes(doc["log"])
     assert tasks[ALLREDUCE] == {"ok"} and tasks[CHECK_BUILD] == {"ok"}, tasks
     assert tasks["Check every rank's sum"] == {"ok"}
+    # The allreduces' own throughput, per controller: in the summary, the JSON and the fact on every node.
+    throughput = doc["throughput"]
+    assert set(throughput) == {"gloo", "mpi"}, throughput
+    for figures in throughput.values():
+        assert figures["ranks"] == 4 and figures["device"] == "cpu" and figures["bytes"] == 16 << 20, figures
+        assert figures["busbw_gbs"] > 0 and figures["busbw_gbs"] == pytest.approx(figures["algbw_gbs"] * 1.5, rel=0.01)
+    assert re.search(r"^  gloo: 4 ranks, 16\.0 MiB in host memory, busbw \d+\.\d\d GB/s", err, re.M), err[-3000:]
+    for node in (1, 2):
+        fact = json.loads(lab2.exec(node, "cat", "/etc/ansible/facts.d/hvd_verify.fact").stdout)
+        assert fact["throughput"] == throughput, fact
 
 
 def hosts_of(log: str, task: str) -> set[str]:

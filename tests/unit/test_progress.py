@@ -203,3 +203,17 @@ def test_a_refused_key_of_a_pinned_node_says_the_pin_refused_it() -> None:
     assert pinned.line().startswith("node1: unreachable: hvd_preflight: Look: host key is not the one hosts.yaml pins")
     assert "ssh-keygen" not in pinned.message  # the pin is written again before every run: forgetting it is no fix
     assert learnt.message.startswith("host key changed since it was pinned") and "ssh-keygen -f" in learnt.message
+
+
+def test_the_post_flight_throughput_is_listed_per_controller_in_the_summary_and_json() -> None:
+    tracker = Tracker.for_hosts(["node1", "node2"])
+    gloo = {"ranks": 4, "device": "cpu", "bytes": 16 << 20, "iters": 5, "seconds": 0.04, "algbw_gbs": 0.42,
+            "busbw_gbs": 0.63}
+    tracker.handle({"event": "playbook_on_stats", "event_data": {
+        "ok": {"node1": 3, "node2": 3}, "changed": {}, "failures": {}, "dark": {}, "skipped": {},
+        "artifact_data": {"hvd_throughput": {"gloo": gloo, "mpi": {}}}}})
+    stream = io.StringIO()
+    Console(stream, live=False).summary(tracker, "/log")
+    assert ("Post-flight allreduce throughput (bus bandwidth as nccl-tests defines it):\n"
+            "  gloo: 4 ranks, 16.0 MiB in host memory, busbw 0.63 GB/s (algbw 0.42)\n") in stream.getvalue()
+    assert tracker.as_dict()["throughput"] == {"gloo": gloo}  # a controller that printed nothing is left out

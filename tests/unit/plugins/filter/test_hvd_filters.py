@@ -268,3 +268,14 @@ def test_every_node_walks_its_peers_from_its_own_position_so_no_peer_gets_the_wh
         targets = [walk[step] for walk in walks.values()]
         assert max(targets.count(t) for t in targets) <= 2, (step, targets)  # not 15 on one sshd
     assert cluster.hvd_rotate([], 3) == [] and cluster.hvd_rotate(["a", "b"], 5) == ["b", "a"]
+
+
+def test_the_post_flight_throughput_is_read_from_rank_zeros_line_among_the_others() -> None:
+    lines = ["hvd-verify rank=0 size=4 host=node1 sum=10 expected=10",
+             "[1]<stdout>:hvd-verify rank=1 size=4 host=node1 sum=10 expected=10",
+             "[0]<stdout>:hvd-verify-throughput size=4 device=cpu bytes=16777216 iters=5 seconds=0.041943 "
+             "algbw_gbs=0.4000 busbw_gbs=0.6000"]
+    assert cluster.hvd_allreduce_throughput(lines) == {
+        "ranks": 4, "device": "cpu", "bytes": 16777216, "iters": 5, "seconds": 0.041943, "algbw_gbs": 0.4,
+        "busbw_gbs": 0.6}
+    assert cluster.hvd_allreduce_throughput(lines[:2]) == {}
