@@ -10,11 +10,12 @@ description:
   - Returns the shared default named by each term, so every role that needs it reads the same value.
   - C(env_prefix) the Python environment's prefix, the same on every node.
   - C(artifact_dir) the login user's folder on each node that keeps the copies of artifacts peers pull from.
+  - C(run_dir) the folder on each node of the job leases (hvdcluster run) and roll marks (hvdcluster up --rolling).
   - C(controller_cache) the controller cache folder, E(HVDCLUSTER_CACHE), else C(~/.cache/hvdcluster) of the user
     who runs the converge (read on the controller).
 options:
   _terms:
-    description: Names of shared defaults (env_prefix, artifact_dir, controller_cache).
+    description: Names of shared defaults (env_prefix, artifact_dir, run_dir, controller_cache).
     required: true
     type: list
     elements: str

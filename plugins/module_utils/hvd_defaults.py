@@ -10,6 +10,8 @@ from collections.abc import Mapping
 ENV_PREFIX = "/opt/hvd/env"
 # The login user's folder on each node that keeps the copies of artifacts (env, wheel, builds) peers pull from.
 ARTIFACT_DIR = "~/.cache/hvdcluster/artifacts"
+# On each node: the job leases of `hvdcluster run` and the roll marks of `up --rolling` (tmpfs, mode 1777; hvd_base).
+RUN_DIR = "/run/hvdcluster"
 # The controller cache (built envs, wheels and Open MPI builds, the bundle's apt archive): $HVDCLUSTER_CACHE, else
 # ~/.cache/hvdcluster of the user who runs the converge.
 CACHE_VARIABLE = "HVDCLUSTER_CACHE"
@@ -22,7 +24,7 @@ def controller_cache(environ: Mapping[str, str] | None = None) -> str:
     return environ.get(CACHE_VARIABLE) or os.path.join(home, ".cache", "hvdcluster")
 
 
-_FIXED = {"env_prefix": ENV_PREFIX, "artifact_dir": ARTIFACT_DIR}
+_FIXED = {"env_prefix": ENV_PREFIX, "artifact_dir": ARTIFACT_DIR, "run_dir": RUN_DIR}
 NAMES = (*_FIXED, "controller_cache")  # what the lookup answers
 
 

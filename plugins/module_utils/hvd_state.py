@@ -16,6 +16,7 @@ import os
 import re
 import stat
 
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_defaults import RUN_DIR
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import (
     MANIFEST, add_stamped, manifest_entry_differs, read_manifest, read_text, resolve, sha256_of, under, walk_tree)
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_driver import find_nvml, installed_versions, loaded_version
@@ -555,6 +556,22 @@ def mesh_state(root: str, cluster: str, user: str = "root", public_key: str = ""
             "mesh.ssh_config": block_text(config)}
 
 
+def run_dir_state(path: str) -> str:
+    """``ok`` when the folder of job leases and roll marks is root's with mode 1777 (hvd_base), else what is wrong."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return ABSENT
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
+    if not stat.S_ISDIR(info.st_mode):
+        return "not a folder"
+    mode = stat.S_IMODE(info.st_mode)
+    wrong = [f"mode {mode:04o}"] if mode != 0o1777 else []
+    wrong += [f"owner uid {info.st_uid}"] if info.st_uid != 0 else []
+    return ", ".join(wrong) or "ok"
+
+
 def base_state(root: str, cluster: str) -> dict:
     """``base.hosts`` (hvd_base's /etc/hosts block, as text), ``base.fabric_interface`` (the interface hvd_base found
     for the node's fabric address: what `run` passes to horovodrun), ``base.ca`` (the CA files it installs), ``profile.<file>``
@@ -570,6 +587,7 @@ def base_state(root: str, cluster: str) -> dict:
         except OSError:
             digest.update(os.path.basename(path).encode() + b" -\0")
     out["base.ca"] = digest.hexdigest()[:16] if cas else ABSENT
+    out["base.run_dir"] = run_dir_state(under(root, RUN_DIR))
     for key, folder, pattern in (("profile", "/etc/profile.d", "hvd-*.sh"),
                                  ("ldconf", "/etc/ld.so.conf.d", "hvd-*.conf")):
         for path in sorted(glob.glob(os.path.join(glob.escape(under(root, folder)), pattern))):

@@ -31,6 +31,7 @@ class Launch:
     horovodrun: list[str]  # argv run on the first node
     ssh: list[str]  # ssh argv from the controller to the first node, without the remote command
     activate: str = ""  # shell run on the first node before horovodrun: the environment every rank inherits
+    hosts: tuple[str, ...] = ()  # the nodes ranks run on: horovodrun fills the -H list in order
 
     @property
     def remote_command(self) -> str:
@@ -141,14 +142,28 @@ def build(
     argv = [f"{prefix}/bin/horovodrun", "-np", str(np), "-H", ",".join(f"{h}:{s}" for h, s in per_host.items())]
     if controller:
         argv.append(f"--{controller}")
-    if network_interface:
+    # One node (run --limit): horovodrun finds every host local and looks for the interface holding 127.0.0.1 among
+    # the ones it is given; the fabric interface has none ("No interface is found for address 127.0.0.1").
+    if network_interface and len(per_host) > 1:
         argv += ["--network-interfaces", network_interface]
     program = list(command)
     if program[0] in ("python", "python3"):
         program[0] = f"{prefix}/bin/python"  # the env's interpreter, the same path on every node
     first = next(iter(inv.hosts))
     manager = str(inv.vars.get("hvd_pyenv_manager") or "venv")
-    return Launch(horovodrun=[*argv, *program], ssh=ssh_argv(inv, first), activate=activation(prefix, manager))
+    return Launch(horovodrun=[*argv, *program], ssh=ssh_argv(inv, first), activate=activation(prefix, manager),
+                  hosts=ranked_hosts(per_host, np))
+
+
+def ranked_hosts(per_host: dict[str, int], np: int) -> tuple[str, ...]:
+    """The nodes that get ranks when horovodrun places ``np`` processes on ``per_host`` slots, in -H order."""
+    out, left = [], np
+    for host, count in per_host.items():
+        if left <= 0:
+            break
+        out.append(host)
+        left -= count
+    return tuple(out)
 
 
 def recorded_interface(inv: Inventory) -> str | None:

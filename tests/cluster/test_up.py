@@ -7,10 +7,12 @@ or lost node (each restores what it changes).
 
 from __future__ import annotations
 
+import getpass
 import itertools
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -159,6 +161,7 @@ DRIFTS = {
     "hosts-block-edited": ("grep -v ' node3 ' /etc/hosts > /root/hosts.new && ! cmp -s /etc/hosts /root/hosts.new "
                            "&& cat /root/hosts.new > /etc/hosts", "base.hosts", "hvd_base"),
     "ca-bundle-removed": ("rm -f /usr/local/share/ca-certificates/hvdcluster*.crt", "base.ca", "hvd_base"),
+    "run-dir-removed": ("rm -rf /run/hvdcluster", "base.run_dir", "hvd_base"),  # job leases and roll marks
     # Additions: what runs in every rank without being part of what was installed.
     "env-distribution-added": (f"mkdir -p {SITE}/extra_pkg-1.0.dist-info && printf 'Metadata-Version: 2.1\\nName: "
                                f"extra-pkg\\nVersion: 1.0\\n' > {SITE}/extra_pkg-1.0.dist-info/METADATA",
@@ -216,7 +219,7 @@ ROUNDS = [
     ("env-file-deleted", "env-distribution-added", "env-package-version", "horovod-uninstalled",
      "mpi-package-removed", "cluster-key-unauthorized", "known-hosts-wiped", "hosts-block-edited"),
     ("env-file-edited", "horovod-replaced", "held-package-unheld", "unattended-guard-removed",
-     "ssh-config-block-edited", "ca-bundle-removed", "hosts-block-wrong-ip"),
+     "ssh-config-block-edited", "ca-bundle-removed", "hosts-block-wrong-ip", "run-dir-removed"),
     ("env-module-pth-sitecustomize-byte-cache-pyvenv",),
     ("env-manifest-vouches-for-an-addition",),
     ("node-reinstalled",),
@@ -436,3 +439,131 @@ def test_a_node_lost_mid_converge_is_named_alone_and_the_others_finish_proven(hv
     rc, doc = check_json(hvd)
     assert rc == 0, doc
 
+
+
+# ------------------------------------------------------------------------------------------ rolling changes
+
+END_FLAG = "/tmp/hvd-test-job-end"  # the test job runs until this file appears on its node
+JOB = ["python", "-c", f"import os, time; [time.sleep(0.5) for _ in iter(lambda: os.path.exists({END_FLAG!r}), True)]"]
+
+
+def run_dir(lab: Lab, index: int) -> list[str]:
+    """The job leases and roll marks on a node."""
+    return sorted(lab.exec(index, "sh", "-c", "ls -A /run/hvdcluster").stdout.split())
+
+
+def start_job(hvd, lab: Lab, node: int) -> subprocess.Popen:
+    """`hvdcluster run` of a job that runs on node<node> until told to end; returns once its lease is there."""
+    lab.exec(node, "rm", "-f", END_FLAG)
+    job = subprocess.Popen([str(hvd.bin / "hvdcluster"), "run", "hosts.yaml", "--limit", f"node{node}", "-np", "1",
+                            "--", *JOB], cwd=hvd.cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not any(name.startswith("job-") for name in run_dir(lab, node)):
+        assert job.poll() is None and time.monotonic() < deadline, job.communicate()
+        time.sleep(0.5)
+    time.sleep(3)
+    assert job.poll() is None, job.communicate()  # launched and running
+    return job
+
+
+def test_a_rolling_up_changes_one_node_at_a_time_and_waits_for_the_job_on_node3(hvd, lab3: Lab, tmp_path) -> None:
+    """A job runs on node3 (hvdcluster run, its lease on node3): `up --rolling --batch 1` changes node1, proves it,
+    then node2, proves both, waits for node3's job, and changes node3 once the job has ended by itself. At no
+    moment are two nodes mid-change, and every lease and mark is gone at the end."""
+    job = start_job(hvd, lab3, 3)
+    out = tmp_path / "roll.json"
+    with out.open("w") as stdout:
+        roll = subprocess.Popen([str(hvd.bin / "hvdcluster"), "up", "hosts.yaml", "--rolling", "--batch", "1",
+                                 "--poll", "1", "--max-wait", "600", "--json"], cwd=hvd.cwd, stdout=stdout,
+                                stderr=subprocess.PIPE, text=True)
+        err, told = [], None
+        try:
+            for line in roll.stderr:
+                err.append(line)
+                if line.startswith("  node3: waiting (up to") and told is None:
+                    told = time.time()
+                    assert lab3.exec(3, "touch", END_FLAG).returncode == 0  # the job ends by itself
+                    job.wait(timeout=60)
+            roll.wait(timeout=60)
+        finally:
+            for proc in (roll, job):
+                if proc.poll() is None:
+                    proc.kill()
+    text = "".join(err)
+    assert roll.returncode == 0, text[-4000:]
+    assert job.returncode == 0 and told is not None, (text[-3000:], job.communicate())
+    doc = json.loads(out.read_text())["rolling"]
+    assert doc["done"] == ["node1", "node2", "node3"] and not doc["skipped"] and not doc["failed"], doc
+    batches = doc["batches"]
+    assert [b["nodes"] for b in batches] == [["node1"], ["node2"], ["node3"]]
+    assert [b["proven_with"] for b in batches] == [["node1"], ["node1", "node2"], ["node1", "node2", "node3"]]
+    assert all(b["ok"] for b in batches)
+    assert all(one["ended"] <= two["started"] for one, two in zip(batches, batches[1:]))  # one node at a time
+    assert batches[2]["started"] >= told  # node3 only once its job was over
+    # the lease names who launched it on the controller, and the launcher's pid there
+    assert re.search(rf"node3: waiting \(up to 600 s\): running job \S+ of {getpass.getuser()} \(pid \d+ on ", text), \
+        text[-3000:]
+    assert "changed and proven: node1, node2, node3" in text
+    assert [run_dir(lab3, i) for i in (1, 2, 3)] == [[], [], []]
+    rc, check = check_json(hvd)
+    assert rc == 0, check
+
+
+def test_a_busy_canary_stops_the_roll_and_a_failed_canary_leaves_the_others_untouched(hvd, lab3: Lab) -> None:
+    """A job on node3 past --max-wait: the canary node3 is skipped and named, the job not interrupted, nothing changed.
+    The job's launcher then dies by SIGKILL: its lease stays on node3 but no longer counts. `run` refuses a node that
+    carries a live roll mark. A canary whose converge cannot be proven (its OS release changed by hand: no role
+    repairs it) stops the roll: node1 and node2 are never touched."""
+    from hvdcluster import jobs
+
+    job = start_job(hvd, lab3, 3)
+    try:
+        rc, doc, err = hvd.up_json("--rolling", "--canary", "node3", "--max-wait", "3", "--poll", "1")
+        assert rc == 1, err[-3000:]
+        roll = doc["rolling"]
+        assert roll["done"] == [] and roll["batches"] == [] and roll["untouched"] == ["node1", "node2"], roll
+        assert list(roll["skipped"]) == ["node3"] and roll["skipped"]["node3"][0].startswith("running job "), roll
+        assert "node3: skipped, still busy after 3 s" in err and "the canary node3 was not changed" in err
+        assert job.poll() is None  # not interrupted
+        job.send_signal(signal.SIGKILL)
+        job.wait(timeout=30)
+    finally:
+        if job.poll() is None:
+            job.kill()
+        lab3.exec(3, "touch", END_FLAG)  # its ranks outlive a killed launcher (no terminal): end them too
+    [lease] = run_dir(lab3, 3)
+    assert lease.startswith("job-")
+
+    mark = {**jobs.mine(jobs.ROLL, "test"), "command": ["hvdcluster", "up", "--rolling"]}  # held by this test process
+    put = lab3.exec(2, "sh", "-c", f"printf '%s\\n' '{json.dumps(mark)}' > /run/hvdcluster/roll-test.json",
+                    user=lab3.user)
+    assert put.returncode == 0, put.stderr
+    try:
+        proc = hvd("run", "hosts.yaml", "--limit", "node2", "-np", "1", "--", "python", "-c", "pass")
+        assert proc.returncode == 1 and "node2: being changed by hvdcluster up --rolling test" in proc.stderr, \
+            proc.stderr[-3000:]
+        assert run_dir(lab3, 2) == ["roll-test.json"]  # its own lease taken back
+    finally:
+        lab3.exec(2, "rm", "-f", "/run/hvdcluster/roll-test.json")
+
+    broken = lab3.exec(3, "sh", "-c", "cp -P /etc/os-release /root/os-release.saved && "
+                                      "sed 's/^VERSION_ID=.*/VERSION_ID=\"13\"/' /usr/lib/os-release > /root/osr "
+                                      "&& rm /etc/os-release && cp /root/osr /etc/os-release")
+    assert broken.returncode == 0, broken.stderr
+    before = {i: lab3.exec(i, "sh", "-c", "stat -c %Y /etc/ansible/facts.d/*.fact | md5sum").stdout for i in (1, 2)}
+    try:
+        rc, doc, err = hvd.up_json("--rolling", "--canary", "node3", "--batch", "2", "--max-wait", "30",
+                                   "--poll", "1")
+        assert rc == 1, err[-3000:]
+        roll = doc["rolling"]
+        assert re.search(rf"node3: job \S+ of {getpass.getuser()} .* no longer counts: its pid \d+ is gone", err), \
+            err[-3000:]
+        assert [b["nodes"] for b in roll["batches"]] == [["node3"]] and not roll["batches"][0]["ok"], roll
+        assert list(roll["failed"]) == ["node3"] and "os.release" in roll["failed"]["node3"], roll["failed"]
+        assert roll["done"] == [] and roll["untouched"] == ["node1", "node2"], roll
+        assert "untouched (their old state): node1, node2" in err
+        assert {i: lab3.exec(i, "sh", "-c", "stat -c %Y /etc/ansible/facts.d/*.fact | md5sum").stdout
+                for i in (1, 2)} == before
+        assert [run_dir(lab3, i) for i in (1, 2, 3)] == [[], [], []]  # the stale lease went with the roll's look
+    finally:
+        lab3.exec(3, "sh", "-c", "rm -f /etc/os-release && cp -P /root/os-release.saved /etc/os-release")

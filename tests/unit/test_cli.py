@@ -427,6 +427,19 @@ def fake_reading(monkeypatch: pytest.MonkeyPatch, found: dict, unreachable: dict
     return calls
 
 
+def fake_leases(monkeypatch: pytest.MonkeyPatch, launched: list) -> list:
+    """The job leases' node side (jobs.look: one SSH per node, tests/cluster runs it for real), as calls in order
+    among the launches: ('look', hosts, put file, drop files)."""
+    from hvdcluster import jobs
+
+    def look(inv, hosts, *, put=None, drop=(), timeout=30):
+        launched.append(("look", list(hosts), jobs.file_name(put) if put else None, list(drop)))
+        return {h: jobs.Look(h) for h in hosts}
+
+    monkeypatch.setattr(jobs, "look", look)
+    return launched
+
+
 def test_run_gate_refuses_a_node_whose_env_differs_naming_it_and_no_gate_launches(
     hosts: Path, rendered: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
@@ -437,13 +450,14 @@ def test_run_gate_refuses_a_node_whose_env_differs_naming_it_and_no_gate_launche
     launched: list = []
     monkeypatch.setattr(subprocess, "run", lambda argv, **kw: launched.append(argv) or
                         subprocess.CompletedProcess(argv, 0))
+    fake_leases(monkeypatch, launched)
     monkeypatch.setattr(launch, "fabric_interface", lambda inv, host: "eth0")
     capsys.readouterr()
     assert cli.main(["run", str(hosts), "-o", str(rendered), "--", "python", "t.py"]) == 1
     err = capsys.readouterr().err
     assert "not launching" in err and "gpu02" in err and "env.dist.torch" in err and not launched
     assert cli.main(["run", str(hosts), "-o", str(rendered), "--no-gate", "--", "python", "t.py"]) == 0
-    assert launched and "horovodrun" in launched[0][-1]
+    assert len(launched) == 3 and "horovodrun" in launched[1][-1]
 
 
 def test_run_gate_lets_identical_nodes_launch(hosts: Path, rendered: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -453,9 +467,14 @@ def test_run_gate_lets_identical_nodes_launch(hosts: Path, rendered: Path, monke
     launched: list = []
     monkeypatch.setattr(subprocess, "run", lambda argv, **kw: launched.append(argv) or
                         subprocess.CompletedProcess(argv, 0))
+    fake_leases(monkeypatch, launched)
     monkeypatch.setattr(launch, "fabric_interface", lambda inv, host: "eth0")
     assert cli.main(["run", str(hosts), "-o", str(rendered), "--", "python", "t.py"]) == 0
-    assert len(calls) == 1 and len(launched) == 1
+    assert len(calls) == 1 and len(launched) == 3
+    # the job lease on both nodes before the launch, and taken back after it
+    (look, hosts_, put, drop), job, (look2, hosts2, put2, drop2) = launched
+    assert (look, hosts_, drop) == ("look", ["gpu01", "gpu02"], []) and put.startswith("job-")
+    assert "horovodrun" in job[-1] and (look2, hosts2, put2, drop2) == ("look", ["gpu01", "gpu02"], None, [put])
 
 
 def test_run_takes_gpu_counts_and_the_fabric_interface_from_the_gates_read(tmp_path: Path,
@@ -479,9 +498,10 @@ def test_run_takes_gpu_counts_and_the_fabric_interface_from_the_gates_read(tmp_p
     launched: list = []
     monkeypatch.setattr(subprocess, "run", lambda argv, **kw: launched.append(argv) or
                         subprocess.CompletedProcess(argv, 0))
+    fake_leases(monkeypatch, launched)
     assert cli.main(["run", str(hosts), "-o", str(tmp_path / "inv"), "--", "python", "t.py"]) == 0
-    assert len(calls) == 1 and len(launched) == 1
-    remote = launched[0][-1]
+    assert len(calls) == 1 and len(launched) == 3
+    remote = launched[1][-1]
     assert "-np 5 -H gpu01:4,gpu02:1 " in remote and "--network-interfaces ib0 " in remote, remote
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hvdcluster import launch, paths
+from hvdcluster import jobs, launch, paths
 from hvdcluster.compat import resolver
 
 from ansible_collections.hvd.cluster.plugins.module_utils import hvd_defaults
@@ -39,10 +39,10 @@ def test_the_lookup_and_the_command_name_the_same_folders(tmp_path: Path, monkey
         monkeypatch.setenv("HVDCLUSTER_CACHE", cache)
     else:
         monkeypatch.delenv("HVDCLUSTER_CACHE", raising=False)
-    proc = ask_ansible("env_prefix", "artifact_dir", "controller_cache", env=dict(os.environ))
+    proc = ask_ansible("env_prefix", "artifact_dir", "controller_cache", "run_dir", env=dict(os.environ))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     said = json.loads(json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]["msg"])
-    assert said == [launch.DEFAULT_PREFIX, hvd_defaults.ARTIFACT_DIR, str(paths.controller_cache())]
+    assert said == [launch.DEFAULT_PREFIX, hvd_defaults.ARTIFACT_DIR, str(paths.controller_cache()), jobs.DIR]
     assert said[2] == (cache or str(tmp_path / ".cache" / "hvdcluster"))
     assert resolver.DEFAULT_PREFIX == said[0] == "/opt/hvd/env"
 
@@ -50,12 +50,12 @@ def test_the_lookup_and_the_command_name_the_same_folders(tmp_path: Path, monkey
 def test_an_unknown_default_fails_naming_the_known_ones() -> None:
     proc = ask_ansible("env_prefx", env=dict(os.environ))
     assert proc.returncode != 0
-    assert "unknown default 'env_prefx' (known: env_prefix, artifact_dir, controller_cache)" in proc.stdout + proc.stderr
+    assert "unknown default 'env_prefx' (known: env_prefix, artifact_dir, run_dir, controller_cache)" in proc.stdout + proc.stderr
 
 
 def test_no_role_or_playbook_writes_a_shared_default_again() -> None:
     """Comments, descriptions and READMEs may name the values; no task, default, var, spec default or play does."""
-    literals = ("/opt/hvd/env", ".cache/hvdcluster", "HVDCLUSTER_CACHE")
+    literals = ("/opt/hvd/env", ".cache/hvdcluster", "HVDCLUSTER_CACHE", "/run/hvdcluster")
     found = []
     for path in [*ROOT.glob("roles/*/defaults/*.yml"), *ROOT.glob("roles/*/vars/*.yml"),
                  *ROOT.glob("roles/*/meta/argument_specs.yml"),

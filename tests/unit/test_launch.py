@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 from pathlib import Path
@@ -37,6 +38,15 @@ def test_every_slot_of_every_host_by_default_with_the_envs_interpreter(inv: inve
     plan = launch.build(inv, ["python", "train.py", "--epochs", "2"], controller="gloo", network_interface="ib0")
     assert plan.horovodrun == ["/opt/envs/hvd/bin/horovodrun", "-np", "4", "-H", "gpu01:2,gpu02:2", "--gloo",
                                "--network-interfaces", "ib0", "/opt/envs/hvd/bin/python", "train.py", "--epochs", "2"]
+
+
+def test_a_one_node_launch_leaves_the_interface_to_horovodrun(inv: inventory.Inventory) -> None:
+    """run --limit gpu02: horovodrun finds its only host local and wants the interface that holds 127.0.0.1; a fabric
+    interface given to it fails the launch ("No interface is found for address 127.0.0.1", seen on the lab)."""
+    one = dataclasses.replace(inv, hosts={"gpu02": inv.hosts["gpu02"]})
+    plan = launch.build(one, ["python", "t.py"], np=1, network_interface="ib0")
+    assert "--network-interfaces" not in plan.horovodrun and plan.hosts == ("gpu02",)
+    assert plan.horovodrun[:5] == ["/opt/envs/hvd/bin/horovodrun", "-np", "1", "-H", "gpu02:2"]
 
 
 def test_runs_on_the_first_node_with_pinned_host_keys(inv: inventory.Inventory) -> None:

@@ -67,7 +67,7 @@ EVERY_KEY = {
     "nccl.header", "mpi.path", "mpi.version", "env.python", "env.key", "env.lock", "env.files", "env.manifest",
     "os.machine-id", "horovod.version",
     "horovod.record", "horovod.key", "horovod.checked", "mesh.authorized", "mesh.known_hosts", "mesh.ssh_config",
-    "base.hosts", "base.fabric_interface", "base.ca"}
+    "base.hosts", "base.fabric_interface", "base.ca", "base.run_dir"}
 
 
 def write(root: Path, path: str, text: str | bytes, mode: int = 0o644) -> Path:
@@ -184,6 +184,20 @@ def test_every_key_is_there_with_what_the_node_holds(node: Path) -> None:
     assert "profile.other.sh" not in state
     assert sorted(k for k in state if k.startswith("env.dist.")) == ["env.dist.cloudpickle", "env.dist.filelock"]
     assert state["env.dist.filelock"].startswith("3.13.1 ")
+
+
+def test_the_folder_of_job_leases_reads_ok_only_as_hvd_base_makes_it(tmp_path: Path) -> None:
+    """/run/hvdcluster: root's, mode 1777 (real folders here; the test runs as root, as the lab's converge does)."""
+    run = tmp_path / "run" / "hvdcluster"
+    assert look(tmp_path)["base.run_dir"] == "absent"
+    run.mkdir(parents=True)
+    run.chmod(0o1777)
+    assert look(tmp_path)["base.run_dir"] == ("ok" if os.geteuid() == 0 else f"owner uid {os.geteuid()}")
+    run.chmod(0o755)
+    assert look(tmp_path)["base.run_dir"].startswith("mode 0755")
+    run.rmdir()
+    run.write_text("")
+    assert look(tmp_path)["base.run_dir"] == "not a folder"
 
 
 def test_an_empty_node_reads_absent_for_everything_asked(tmp_path: Path) -> None:

@@ -62,6 +62,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="install from this offline bundle only (hvdcluster bundle): apt from its local repository, "
                    "pip with --no-index; like network.bundle in hosts.yaml")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    roll = p.add_argument_group("rolling changes (job-aware)")
+    roll.add_argument("--rolling", action="store_true",
+                      help="change the nodes a batch at a time, each only when no job runs there (hvdcluster run's "
+                      "job leases, GPU compute processes); each batch is proven (verify, allreduce among the nodes "
+                      "done) before the next; the first failure stops the roll")
+    roll.add_argument("--batch", default="1", metavar="N|P%",
+                      help="nodes per batch: a number, or a percentage of the nodes (rounded up); default 1")
+    roll.add_argument("--canary", metavar="HOST", help="change this node first, alone, and prove it")
+    roll.add_argument("--max-wait", type=float, default=3600.0, metavar="SECONDS",
+                      help="how long to wait for a node's jobs to end; a node still busy then is skipped and named, "
+                      "never interrupted (default 3600)")
+    roll.add_argument("--poll", type=float, default=10.0, metavar="SECONDS",
+                      help="seconds between looks at a busy node (default 10)")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("bundle", help="gather every file an offline converge needs (run where there is network)",
@@ -116,10 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_preflight)
 
     p = sub.add_parser("run", help="launch a Horovod job with horovodrun on the first node",
-                       usage="hvdcluster run [HOSTS] [-o OUTPUT] [--gloo | --mpi] [-np NP] [--network-interface IF] "
-                       "[--print] [--no-gate] -- CMD...",
+                       usage="hvdcluster run [HOSTS] [-o OUTPUT] [--limit HOSTS] [--gloo | --mpi] [-np NP] "
+                       "[--network-interface IF] [--print] [--no-gate] -- CMD...",
                        description="Builds the horovodrun command line from the inventory (hosts and slots, the "
-                       "env's interpreter, the fabric interface) and runs it on the first node over SSH. The job's "
+                       "env's interpreter, the fabric interface) and runs it on the first node over SSH, holding a job "
+                       "lease on every node its ranks run on (hvdcluster up --rolling waits for it). The job's "
                        "command and its arguments come after --.")
     p.add_argument("hosts", nargs="?", metavar="HOSTS", help="the cluster's hosts.yaml (default: ./hosts.yaml)")
     p.add_argument("--hosts", dest="hosts_flag", metavar="FILE",
@@ -131,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-np", "--np", type=int, help="number of processes (default: every slot)")
     p.add_argument("--network-interface", help="fabric interface (default: hvd_fabric_interface from the inventory, "
                    "else the one hvd_base recorded on the first node)")
+    p.add_argument("--limit", metavar="HOSTS", help="run on these nodes only (host names or globs, comma-separated; "
+                   "the first of them launches)")
     p.add_argument("--print", action="store_true", help="only print the command")
     p.add_argument("--no-gate", action="store_true",
                    help="launch even when the nodes' env, Horovod build, MPI or NCCL differ (the gate reads every node "

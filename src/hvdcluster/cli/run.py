@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import fnmatch
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 from .. import inventory, lock, spec
 from ..errors import HvdError
-from .common import EXIT_FAILED, EXIT_OK, existing_inventory
+from .common import EXIT_FAILED, EXIT_OK, check_limit, existing_inventory
 
 
 def _launch_gate(args: argparse.Namespace, cluster: spec.ClusterSpec, root: Path) -> dict | int:
@@ -54,8 +57,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise HvdError(f"run: -np must be at least 1 (got {args.np})")
     command = args.job
     cluster = spec.load(args.hosts)
+    check_limit(args.limit, cluster)
     root = existing_inventory(args, cluster)
-    inv = inventory.read(root)
+    inv = _limited(inventory.read(root), args.limit)
     nic = args.network_interface or launch.recorded_interface(inv)
     open_slots = launch.open_slots(inv)
     plan = launch.build(inv, command, np=args.np, controller=args.controller, network_interface=nic,
@@ -82,4 +86,49 @@ def cmd_run(args: argparse.Namespace) -> int:
         gpus = launch.gpu_counts(inv, open_slots) if open_slots else {}
         nic = nic or launch.fabric_interface(inv, first)
     plan = launch.build(inv, command, np=args.np, controller=args.controller, network_interface=nic, gpus=gpus)
-    return subprocess.run(plan.argv()).returncode
+    return _leased(inv, plan, command)
+
+
+def _limited(inv: inventory.Inventory, limit: str | None) -> inventory.Inventory:
+    """The inventory's nodes that ``--limit`` names (host names or globs, in the inventory's order)."""
+    if limit is None:
+        return inv
+    words = [w.strip() for w in limit.split(",") if w.strip()]
+    if any(w.startswith(("!", "&")) or ":" in w for w in words):
+        raise HvdError(f"run: --limit {limit!r}: give host names or globs separated by ',' (no '!' or '&')")
+    chosen = {h: v for h, v in inv.hosts.items()
+              if any(w in ("all", inventory.GROUP) or fnmatch.fnmatchcase(h, w) for w in words)}
+    if not chosen:
+        raise HvdError(f"run: --limit {limit!r} selects no node of {inv.path}")
+    return dataclasses.replace(inv, hosts=chosen)
+
+
+def _leased(inv: inventory.Inventory, plan, command: list[str]) -> int:
+    """Run the job holding a job lease on every node its ranks run on (jobs.py): written before the launch, removed
+    when it ends, however it ends. A node being changed by `up --rolling` (its roll mark) is refused."""
+    from .. import jobs
+
+    hosts = list(plan.hosts)
+    record = jobs.mine(jobs.JOB, jobs.new_id(), hosts=hosts, command=list(command))
+    name = jobs.file_name(record)
+    looks = jobs.look(inv, hosts, put=record)
+    problems = [f"{h}: {look.error}" for h, look in looks.items() if look.error]
+    problems += [f"{h}: being changed by {jobs.describe(r)}" for h, look in looks.items() for _, r in
+                 jobs.live(look, jobs.ROLL)]
+    if problems:
+        jobs.look(inv, hosts, drop=[name])
+        print("hvdcluster: not launching:", file=sys.stderr)
+        for line in problems:
+            print(f"  {line}", file=sys.stderr)
+        return EXIT_FAILED
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def stop(signum, frame):  # noqa: ARG001 - SIGTERM ends the job like Ctrl-C: the lease goes with it
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        return subprocess.run(plan.argv()).returncode
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        jobs.look(inv, hosts, drop=[name])

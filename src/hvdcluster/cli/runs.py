@@ -52,15 +52,18 @@ def tracked_run(root: Path, cluster: spec.ClusterSpec, console: Console, playboo
 
 
 def close_loop(root: Path, cluster: spec.ClusterSpec, tracker: Tracker, events: list[dict],
-               desired: dict[str, dict | None], *, converged: list[str], records_current: bool) -> list[str]:
+               desired: dict[str, dict | None], *, converged: list[str], records_current: bool,
+               among: list[str] | None = None) -> list[str]:
     """The loop contract: every node the converge read back (site.yml's last play, the reader `check` uses) is held
     against what it must be (drift.confirm); a node that is records it as its desired state, a node that is not is
-    marked not repaired. Returns one line per node and item that still differs."""
+    marked not repaired. ``among``: only these nodes are held (and against each other, when the inputs changed): a
+    roll's nodes done so far, not the ones still on their old state. Returns one line per node and item that still
+    differs."""
     from .. import drift, nodestate
 
     found, _ = nodestate.collect(events)
     names = [h.name for h in cluster.hosts]
-    scope = [n for n in names if n in found]
+    scope = [n for n in names if n in found and (among is None or n in among)]
     report = drift.confirm({n: desired.get(n) for n in scope}, {n: found[n] for n in scope},
                            converged=converged, records_current=records_current, order=names)
     for node in scope:

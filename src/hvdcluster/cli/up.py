@@ -8,7 +8,7 @@ import sys
 
 from .. import lock
 from ..progress import dump_json, transfer_report
-from . import repair, runs
+from . import repair, rolling, runs
 from .common import EXIT_FAILED, EXIT_OK, check_output, console_for, inventory_root, load_and_resolve, render
 
 
@@ -87,6 +87,9 @@ def _fast_path(args: argparse.Namespace) -> int | None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    if getattr(args, "rolling", False):
+        return rolling.cmd_rolling(args)
+    rolling.check_arguments(args, [])  # a rolling option without --rolling: exit 2
     if repair.takes_fast_path(full=args.full, limit=args.limit, tags=args.tags, check=args.check,
                               verify=args.verify):
         fast = _fast_path(args)

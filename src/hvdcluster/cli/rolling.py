@@ -1,0 +1,215 @@
+"""``hvdcluster up --rolling``: change the nodes a batch at a time, each only when no job runs there.
+
+The canary first (alone), then the other nodes in hosts.yaml's order, ``--batch`` at a time. Before a batch is
+changed, each of its nodes gets a roll mark and is looked at (jobs.py): a live job lease of `hvdcluster run`, another
+roll, or a GPU compute process makes it wait (the mark taken back meanwhile, so a job may still end and none can
+start on a marked node), up to ``--max-wait``; a node still busy then is skipped and named, never interrupted. The
+batch converges (site.yml with the roles' plays on its nodes only, ``hvd_targets``) and is proven with the nodes done
+before it (the post-flight's plays on those, ``hvd_proof_targets``), then read back like every converge (the loop
+contract). The first failure stops the roll: the nodes not reached yet keep their old state, and the summary names
+what is where. The inputs are recorded as converged only when every node was changed and proven.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from typing import Any
+
+from .. import inventory, lock
+from ..errors import HvdError
+from ..progress import dump_json
+from . import runs
+from .common import EXIT_FAILED, EXIT_OK, check_output, console_for, inventory_root, load_and_resolve, render
+
+ROLL_ONLY = ("batch", "canary", "max_wait", "poll")
+NOT_WITH_ROLLING = ("limit", "tags", "check", "diff")
+
+
+def batch_size(value: str, total: int) -> int:
+    """``--batch``: N nodes, or P% of ``total`` rounded up; at least 1."""
+    text = str(value).strip()
+    try:
+        if text.endswith("%"):
+            percent = float(text[:-1])
+            if not 0 < percent <= 100:
+                raise ValueError
+            return max(1, math.ceil(total * percent / 100))
+        count = int(text)
+        if count < 1:
+            raise ValueError
+        return count
+    except ValueError:
+        raise HvdError(f"--batch: {value!r}: give a number of nodes (1 or more) or a percentage (1% to 100%)") from None
+
+
+def batches(names: list[str], batch: str, canary: str | None = None) -> list[list[str]]:
+    """The order of a roll: the canary alone, then the other nodes in ``names``' order, ``batch`` at a time."""
+    size = batch_size(batch, len(names))
+    rest = [n for n in names if n != canary]
+    order = [[canary]] if canary else []
+    return order + [rest[i:i + size] for i in range(0, len(rest), size)]
+
+
+def check_arguments(args: argparse.Namespace, names: list[str]) -> None:
+    """Exit 2 (before anything is written) on a rolling option without --rolling, or with one it cannot take."""
+    defaults = {"batch": "1", "canary": None, "max_wait": 3600.0, "poll": 10.0}
+    if not getattr(args, "rolling", False):
+        given = [f"--{k.replace('_', '-')}" for k in ROLL_ONLY if getattr(args, k, defaults[k]) != defaults[k]]
+        if given:
+            raise HvdError(f"{', '.join(given)}: only with --rolling")
+        return
+    clash = [f"--{k}" for k in NOT_WITH_ROLLING if getattr(args, k, None)]
+    if clash:
+        raise HvdError(f"--rolling: not with {', '.join(clash)} (a roll changes every node, a batch at a time)")
+    if args.canary is not None and args.canary not in names:
+        raise HvdError(f"--canary: {args.canary!r} is not a host of {args.hosts} (hosts: {', '.join(names)})")
+    if args.max_wait < 0 or args.poll <= 0:
+        raise HvdError("--max-wait must be 0 or more and --poll more than 0 seconds")
+    batch_size(args.batch, len(names))
+
+
+class _Roll:
+    """One roll: its mark, the order, and what happened to each node."""
+
+    def __init__(self, args: argparse.Namespace, inv: inventory.Inventory, console) -> None:
+        from .. import jobs
+
+        self.args, self.inv, self.console = args, inv, console
+        self.record = jobs.mine(jobs.ROLL, jobs.new_id(), command=["hvdcluster", "up", "--rolling"])
+        self.mark = jobs.file_name(self.record)
+        self.done: list[str] = []
+        self.skipped: dict[str, list[str]] = {}
+        self.failed: dict[str, str] = {}
+        self.timeline: list[dict[str, Any]] = []
+        self.gone: set[str] = set()  # stale leases and marks seen: removed at the next look (the login user's own)
+
+    def take(self, batch: list[str]) -> list[str]:
+        """Mark the batch's nodes and wait until none runs a job (up to --max-wait): the nodes to change now, still
+        marked; the others are skipped (busy past --max-wait, or not readable)."""
+        from .. import jobs
+
+        deadline = time.monotonic() + self.args.max_wait
+        pending, ready, said, gone = list(batch), [], {}, self.gone
+        while pending:
+            looks = jobs.look(self.inv, pending, put=self.record, drop=[self.mark, *sorted(gone)])
+            busy: dict[str, list[str]] = {}
+            for host, node in looks.items():
+                if node.error:
+                    self.skipped[host] = [node.error]
+                    continue
+                for name, holder, reason in jobs.stale(node):
+                    gone.add(name)  # removed at the next look (a file of the login user's; others' stay)
+                    if name != self.mark and said.get((host, name)) is None:
+                        said[(host, name)] = reason
+                        self.console.write(f"  {host}: {jobs.describe(holder)} no longer counts: {reason}")
+                reasons = jobs.busy(node, ours=self.mark)
+                if reasons:
+                    busy[host] = reasons
+                else:
+                    ready.append(host)
+            waiting = [h for h in pending if h not in ready]
+            if waiting:  # a waiting node is unmarked: its job may end, and no new one starts behind our back
+                jobs.look(self.inv, waiting, drop=[self.mark, *sorted(gone)])
+            pending = list(busy)
+            if not pending:
+                break
+            if time.monotonic() >= deadline:
+                for host, reasons in busy.items():
+                    self.skipped[host] = reasons
+                    self.console.write(f"  {host}: skipped, still busy after {self.args.max_wait:g} s: {reasons[0]}")
+                break
+            for host, reasons in busy.items():
+                if said.get(host) != reasons:
+                    said[host] = reasons
+                    self.console.write(f"  {host}: waiting (up to {self.args.max_wait:g} s): {'; '.join(reasons)}")
+            time.sleep(min(self.args.poll, max(deadline - time.monotonic(), 0.1)))
+        return [h for h in batch if h in ready]
+
+    def release(self, nodes: list[str]) -> None:
+        from .. import jobs
+
+        if nodes:
+            jobs.look(self.inv, nodes, drop=[self.mark, *sorted(self.gone)])
+
+
+def cmd_rolling(args: argparse.Namespace) -> int:
+    from .. import nodestate
+    from ..runner import check_environment
+
+    console = console_for(args)
+    check_environment()
+    output = check_output(args.output)
+    cluster, plan = load_and_resolve(args.hosts, args.bundle)
+    names = [h.name for h in cluster.hosts]
+    check_arguments(args, names)
+    order = batches(names, args.batch, args.canary)
+    extra = runs.FULL_VERIFY if args.verify else {}
+    with lock.hold(inventory_root(output, cluster), "up"):
+        root = render(cluster, output, plan)
+        roll = _Roll(args, inventory.read(root), console)
+        desired = nodestate.desired(root, names)
+        records_current = nodestate.recorded_inputs(root) == nodestate.inputs_digest(root)
+        console.write(f"cluster {cluster.cluster}: rolling over {len(names)} nodes in {len(order)} batches "
+                      f"({' | '.join(', '.join(b) for b in order)})")
+        results = []
+        for number, batch in enumerate(order, 1):
+            label = "canary" if args.canary and number == 1 else f"batch {number}"
+            console.step(number, len(order), f"{label}: {', '.join(batch)}")
+            nodes = roll.take(batch)
+            if label == "canary" and not nodes:
+                console.write(f"  the canary {args.canary} was not changed: the roll stops")
+                break
+            if not nodes:
+                continue
+            proof = roll.done + nodes
+            # Recorded again only when every node was changed and proven; a roll that changes no node keeps them.
+            nodestate.forget_inputs(root)
+            started = time.time()
+            events: list[dict] = []
+            try:
+                tracker, result = runs.tracked_run(
+                    root, cluster, console, "site.yml", events=events,
+                    extravars={"hvd_targets": ",".join(nodes), "hvd_proof_targets": ",".join(proof), **extra})
+                unrepaired = runs.close_loop(root, cluster, tracker, events, desired, converged=nodes,
+                                             records_current=records_current, among=proof)
+            finally:
+                roll.release(nodes)
+            ok = tracker.ok and result.rc == 0 and not unrepaired
+            console.summary(tracker, str(result.log))
+            roll.timeline.append({"batch": label, "nodes": nodes, "proven_with": proof, "started": started,
+                                  "ended": time.time(), "ok": ok, "log": str(result.log)})
+            results.append((tracker, result, unrepaired))
+            if not ok:
+                why = "; ".join(unrepaired) or "; ".join(f"{f.role}: {f.task}: {f.message}" for f in tracker.failures) \
+                    or f"rc {result.rc}"
+                roll.failed = {n: why for n in nodes}
+                break
+            roll.done += nodes
+        untouched = [n for n in names if n not in roll.done and n not in roll.skipped and n not in roll.failed]
+        complete = len(roll.done) == len(names)
+        if complete:
+            nodestate.record_inputs(root, nodestate.inputs_digest(root))
+    _summary(console, roll, untouched)
+    rc = EXIT_OK if complete else EXIT_FAILED
+    if args.json:
+        last = results[-1][0].as_dict() if results else {}
+        dump_json(sys.stdout, {"cluster": cluster.cluster, "inventory": str(root), "rc": rc, "ok": complete,
+                               "throughput": last.get("throughput", {}),
+                               "rolling": {"order": order, "batches": roll.timeline, "done": roll.done,
+                                           "skipped": roll.skipped, "failed": roll.failed, "untouched": untouched}})
+    return rc
+
+
+def _summary(console, roll: _Roll, untouched: list[str]) -> None:
+    console.write()
+    console.write("Rolling change:")
+    console.write(f"  changed and proven: {', '.join(roll.done) or 'none'}")
+    for host, reasons in roll.skipped.items():
+        console.write(f"  skipped: {host}: {'; '.join(reasons)}")
+    for host, why in roll.failed.items():
+        console.write(f"  failed: {host}: {why}")
+    if untouched:
+        console.write(f"  untouched (their old state): {', '.join(untouched)}")

@@ -1,0 +1,152 @@
+"""Rolling changes and job leases without nodes: the order of a roll, its arguments, the node-side script run by a
+real shell on a folder of this machine, and the rule that tells a live holder from one killed with SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from hvdcluster import jobs, launch
+from hvdcluster.cli import main
+from hvdcluster.cli.rolling import batches
+
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_holder import process
+
+NAMES = ["n1", "n2", "n3", "n4", "n5"]
+
+
+@pytest.mark.parametrize(("batch", "canary", "order"), [
+    ("1", None, [["n1"], ["n2"], ["n3"], ["n4"], ["n5"]]),
+    ("2", "n3", [["n3"], ["n1", "n2"], ["n4", "n5"]]),
+    ("40%", None, [["n1", "n2"], ["n3", "n4"], ["n5"]]),
+    ("1%", "n5", [["n5"], ["n1"], ["n2"], ["n3"], ["n4"]]),
+    ("100%", "n1", [["n1"], ["n2", "n3", "n4", "n5"]]),
+    ("9", None, [NAMES]),
+])
+def test_a_roll_takes_the_canary_alone_then_batches_in_hosts_order(batch, canary, order) -> None:
+    assert batches(NAMES, batch, canary) == order
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--batch", "2"], "--batch: only with --rolling"),
+    (["--canary", "ip-10-0-0-1", "--max-wait", "5"], "--canary, --max-wait: only with --rolling"),
+    (["--rolling", "--canary", "ip-10-0-0-9"], "--canary: 'ip-10-0-0-9' is not a host of"),
+    (["--rolling", "--batch", "0"], "--batch: '0': give a number of nodes (1 or more) or a percentage"),
+    (["--rolling", "--batch", "150%"], "--batch: '150%'"),
+    (["--rolling", "--batch", "two"], "--batch: 'two'"),
+    (["--rolling", "--tags", "hvd_base"], "--rolling: not with --tags"),
+    (["--rolling", "--check"], "--rolling: not with --check"),
+    (["--rolling", "--poll", "0"], "--max-wait must be 0 or more and --poll more than 0 seconds"),
+])
+def test_bad_rolling_arguments_are_one_line_and_exit_2_before_anything_is_written(
+        tmp_path: Path, capsys, argv, message) -> None:
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("cluster: lab\nhosts: [10.0.0.1, 10.0.0.2]\n")
+    rc = main(["up", str(hosts), "-o", str(tmp_path / "inv"), *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "inv").exists()
+
+
+def test_ranks_run_on_the_first_nodes_whose_slots_hold_them() -> None:
+    slots = {"a": 2, "b": 2, "c": 2}
+    assert launch.ranked_hosts(slots, 1) == ("a",)
+    assert launch.ranked_hosts(slots, 3) == ("a", "b")
+    assert launch.ranked_hosts(slots, 6) == ("a", "b", "c")
+
+
+def _node(folder: Path, monkeypatch, **kwargs) -> jobs.Look:
+    """The node-side script, run by a real sh against ``folder`` in place of /run/hvdcluster."""
+    monkeypatch.setattr(jobs, "DIR", str(folder))
+    proc = subprocess.run(["sh", "-c", jobs.script(**kwargs)], capture_output=True, text=True, check=False,
+                          env={**os.environ, "PATH": "/usr/bin:/bin"})  # no nvidia-smi here
+    return jobs.parse("n1", proc.returncode, proc.stdout, proc.stderr)
+
+
+def test_the_node_script_writes_lists_and_removes_leases_and_never_overwrites_one(tmp_path, monkeypatch) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    record = jobs.mine(jobs.JOB, "j1", hosts=["n1"], command=["python", "train.py"])
+    look = _node(run_dir, monkeypatch, put=record)
+    assert look.error is None and look.holders == {"job-j1.json": record}, look
+    assert jobs.busy(look) == [f"running {jobs.describe(record)}"] and jobs.busy(look, ours="job-j1.json") == []
+    assert "job j1 of" in jobs.describe(record) and ": python train.py" in jobs.describe(record)
+    again = _node(run_dir, monkeypatch, put={**record, "user": "someone else"})  # set -C: never over a file
+    assert again.error and "cannot write" in again.error
+    assert json.loads((run_dir / "job-j1.json").read_text()) == record
+    (run_dir / "roll-x.json").write_text("{not json\n")
+    seen = _node(run_dir, monkeypatch, drop=["job-j1.json"])
+    assert seen.holders == {"roll-x.json": None} and not (run_dir / "job-j1.json").exists()
+    assert jobs.busy(seen) == ["being changed by an unreadable record"]  # unreadable counts: never guessed away
+    assert _node(tmp_path / "absent", monkeypatch).error.startswith(f"{tmp_path / 'absent'} is missing")
+
+
+def test_gpu_compute_processes_count_as_running_work() -> None:
+    """nvidia-smi's --query-compute-apps lines, as the node script prefixes them (no GPU here: the text is typed)."""
+    look = jobs.parse("g1", 0, "hvd-gpu-app 4242, python\n")
+    assert jobs.busy(look) == ["GPU compute process 4242, python"]
+
+
+def test_the_lease_of_a_job_killed_with_sigkill_no_longer_counts() -> None:
+    live = jobs.mine(jobs.JOB, "j-live")
+    assert jobs.staleness(live) is None  # this very process holds it
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        info = process(child.pid)
+        killed = {**live, "run_id": "j-killed", "pid": child.pid, "pid_start": info["start"]}
+        assert jobs.staleness(killed) is None
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert jobs.staleness(killed) == f"its pid {child.pid} is gone"
+    reused = {**live, "pid_start": "1"}  # the pid alive, but another process than the one that took the lease
+    assert jobs.staleness(reused) == f"its pid {os.getpid()} is another process now"
+
+
+def test_a_holder_on_another_controller_counts_until_its_age_says_otherwise() -> None:
+    other = {**jobs.mine(jobs.JOB, "j-far"), "host": "another-controller"}
+    assert jobs.staleness(other) is None
+    old = time.time() - jobs.STALE_AFTER[jobs.JOB] - 60
+    assert "older than" in jobs.staleness({**other, "started_epoch": old})
+    roll = {**jobs.mine(jobs.ROLL, "r-far"), "host": "another-controller", "started_epoch": time.time() - 2 * 86400}
+    assert "older than" in jobs.staleness(roll)
+
+
+def test_a_rolls_read_back_holds_the_changed_nodes_against_each_other_not_against_the_ones_left(tmp_path) -> None:
+    """After the inputs changed (a package added), node1 is the only one changed: held against node2 and node3 still
+    on the old env it would be the odd one out and the roll would stop on a healthy node. The roll reads back only
+    the nodes done so far, and records only those."""
+    from hvdcluster import nodestate, spec
+    from hvdcluster.cli import runs
+    from hvdcluster.progress import Tracker
+
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("cluster: c1\nhosts: [{name: node1, address: 10.0.0.1}, {name: node2, address: 10.0.0.2},"
+                     " {name: node3, address: 10.0.0.3}]\n")
+    cluster = spec.load(str(hosts))
+    old = {"env.key": "k-old", "env.dist.six": "absent", "os.release": "debian 12"}
+    new = {"env.key": "k-new", "env.dist.six": "1.16.0 abcd", "os.release": "debian 12"}
+    events = [{"event": "runner_on_ok", "event_data": {"host": h, "task": nodestate.STATE_TASK, "res": {"state": s}}}
+              for h, s in (("node1", new), ("node2", old), ("node3", old))]
+    root = tmp_path / "inv"
+    (root / "state").mkdir(parents=True)
+
+    def loop(among):
+        tracker = Tracker.for_hosts(["node1", "node2", "node3"])
+        lines = runs.close_loop(root, cluster, tracker, events, {}, converged=["node1"], records_current=False,
+                                among=among)
+        return lines, tracker
+
+    lines, tracker = loop(None)  # every node held against its peers: node1 named, wrongly
+    assert any(line.startswith("node1: env.key") for line in lines) and tracker.hosts["node1"].unrepaired
+    for path in (root / "state").iterdir():
+        path.unlink()
+    lines, tracker = loop(["node1"])
+    assert lines == [] and not tracker.hosts["node1"].unrepaired
+    assert sorted(p.name for p in (root / "state").iterdir()) == ["node1.json"]
