@@ -8,7 +8,7 @@ running (issue 24's target: <= 1.3x).
     up --rolling --batch 2             the first two, then the third: 2 runs
     up --rolling --batch 100%          the 3 nodes in one batch: 1 run, plus the looks for jobs and the marks
 
-Run from the checkout after tests/setup.sh:  .venv/bin/python bench/rolling.py
+Run from the checkout after tests/setup.sh:  .venv/bin/python bench/rolling.py [REPEAT]   (default 3)
 """
 
 from __future__ import annotations
@@ -53,14 +53,15 @@ def main() -> None:
             seconds, rc = timed(lab)
             print(f"converge, 3 nodes: {seconds:.1f} s (rc {rc})")
             best = {}
-            for _ in range(3):
+            repeat = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+            for _ in range(repeat):
                 for name, args in RUNS.items():
                     seconds, rc = timed(lab, *args)
                     best[name] = min(best.get(name, seconds), seconds)
                     print(f"  {name}: {seconds:.1f} s (rc {rc})")
             base = best["up --full"]
             for name, seconds in best.items():
-                print(f"{name}: best of 3 {seconds:.1f} s = {seconds / base:.2f}x up --full")
+                print(f"{name}: best of {repeat} {seconds:.1f} s = {seconds / base:.2f}x up --full")
         finally:
             lab.down()
 

@@ -2,8 +2,9 @@
 
 The canary first (alone), then the other nodes in hosts.yaml's order, ``--batch`` at a time. Before a batch is
 changed, each of its nodes gets a roll mark and is looked at (jobs.py): a live job lease of `hvdcluster run`, another
-roll, or a GPU compute process makes it wait (the mark taken back meanwhile, so a job may still end and none can
-start on a marked node), up to ``--max-wait``; a node still busy then is skipped and named, never interrupted. The
+roll, or a GPU compute process makes it wait, drained (its mark stays: `run` starts no new job there, the running
+ones end as they will), up to ``--max-wait``; a node still busy then loses its mark and is skipped and named, never
+interrupted. The
 batch converges (site.yml with the roles' plays on its nodes only, ``hvd_targets``) and is proven with the nodes done
 before it (the post-flight's plays on those, ``hvd_proof_targets``), then read back like every converge (the loop
 contract). The first failure stops the roll: the nodes not reached yet keep their old state, and the summary names
@@ -110,13 +111,11 @@ class _Roll:
                     busy[host] = reasons
                 else:
                     ready.append(host)
-            waiting = [h for h in pending if h not in ready]
-            if waiting:  # a waiting node is unmarked: its job may end, and no new one starts behind our back
-                jobs.look(self.inv, waiting, drop=[self.mark, *sorted(gone)])
-            pending = list(busy)
+            pending = list(busy)  # they keep the mark while they wait (drained: no new job starts there)
             if not pending:
                 break
             if time.monotonic() >= deadline:
+                jobs.look(self.inv, pending, drop=[self.mark, *sorted(gone)])  # skipped: open to jobs again
                 for host, reasons in busy.items():
                     self.skipped[host] = reasons
                     self.console.write(f"  {host}: skipped, still busy after {self.args.max_wait:g} s: {reasons[0]}")
