@@ -21,9 +21,7 @@ import getpass
 import json
 import os
 import shlex
-import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,21 +106,11 @@ def parse(host: str, rc: int, out: str | None, err: str | None = "") -> Look:
 def look(inv: Inventory, hosts: list[str], *, put: dict | None = None, drop: list[str] | tuple[str, ...] = (),
          timeout: float = 30) -> dict[str, Look]:
     """Run :func:`script` on every one of ``hosts`` over SSH, in parallel."""
-    from .launch import ssh_argv
+    from .launch import on_each
 
-    command = "sh -c " + shlex.quote(script(put, drop))
-
-    def one(host: str) -> Look:
-        try:
-            proc = subprocess.run([*ssh_argv(inv, host), command], capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return Look(host, error=f"no answer in {timeout:.0f} s")
-        except OSError as exc:
-            return Look(host, error=str(exc))
-        return parse(host, proc.returncode, proc.stdout, proc.stderr)
-
-    with ThreadPoolExecutor(max_workers=min(32, len(hosts) or 1)) as pool:
-        return dict(zip(hosts, pool.map(one, hosts)))
+    answers = on_each(inv, hosts, "sh -c " + shlex.quote(script(put, drop)), timeout)
+    return {host: Look(host, error=proc) if isinstance(proc, str) else
+            parse(host, proc.returncode, proc.stdout, proc.stderr) for host, proc in answers.items()}
 
 
 def staleness(record: dict | None, now: float | None = None) -> str | None:

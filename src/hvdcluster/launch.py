@@ -57,20 +57,34 @@ def slots(inv: Inventory, gpus: dict[str, int] | None = None) -> dict[str, int]:
     return {name: int(v.get("hvd_slots") or gpus.get(name) or 1) for name, v in inv.hosts.items()}
 
 
+def on_each(inv: Inventory, hosts: list[str], command: str,
+            timeout: float = 20) -> dict[str, subprocess.CompletedProcess[str] | str]:
+    """``command`` run by each of ``hosts``' login shell over SSH (pinned host keys), in parallel: its completed
+    process, or why there is none (the error's text)."""
+
+    def one(host: str) -> subprocess.CompletedProcess[str] | str:
+        try:
+            return subprocess.run([*ssh_argv(inv, host), command], capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return f"no answer in {timeout:.0f} s"
+        except OSError as exc:
+            return str(exc)
+
+    with ThreadPoolExecutor(max_workers=min(32, len(hosts) or 1)) as pool:
+        return dict(zip(hosts, pool.map(one, hosts)))
+
+
 def gpu_counts(inv: Inventory, hosts: list[str], timeout: float = 20) -> dict[str, int]:
     """The GPUs hvd_nvidia_driver found on each of ``hosts`` (its fact, read over SSH in parallel); 0 where none was
     recorded or the node cannot tell."""
 
-    def one(host: str) -> int:
+    def count(proc: subprocess.CompletedProcess[str] | str) -> int:
         try:
-            proc = subprocess.run([*ssh_argv(inv, host), f"cat {DRIVER_FACT}"], capture_output=True, text=True,
-                                  timeout=timeout)
             return max(int(json.loads(proc.stdout).get("gpu_count") or 0), 0) if proc.returncode == 0 else 0
-        except (OSError, subprocess.TimeoutExpired, ValueError, AttributeError, TypeError):
+        except (AttributeError, ValueError, TypeError):
             return 0
 
-    with ThreadPoolExecutor(max_workers=min(32, len(hosts) or 1)) as pool:
-        return dict(zip(hosts, pool.map(one, hosts)))
+    return {host: count(proc) for host, proc in on_each(inv, hosts, f"cat {DRIVER_FACT}", timeout).items()}
 
 
 def counts_read(found: dict[str, dict], hosts: list[str]) -> dict[str, int]:
