@@ -10,6 +10,7 @@ from .check import cmd_check
 from .health import cmd_health
 from .init import cmd_init
 from .plan import cmd_inventory, cmd_plan
+from .rolling import DEFAULTS as ROLL
 from .run import cmd_run
 from .runs import cmd_preflight
 from .up import cmd_up
@@ -67,14 +68,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="change the nodes a batch at a time, each only when no job runs there (hvdcluster run's "
                       "job leases, GPU compute processes); each batch is proven (verify, allreduce among the nodes "
                       "done) before the next; the first failure stops the roll")
-    roll.add_argument("--batch", default="1", metavar="N|P%",
-                      help="nodes per batch: a number, or a percentage of the nodes (rounded up); default 1")
+    roll.add_argument("--batch", default=ROLL["batch"], metavar="N|P%",
+                      help="nodes per batch: a number, or a percentage of the nodes (rounded up); "
+                      f"default {ROLL['batch']}")
     roll.add_argument("--canary", metavar="HOST", help="change this node first, alone, and prove it")
-    roll.add_argument("--max-wait", type=float, default=3600.0, metavar="SECONDS",
+    roll.add_argument("--max-wait", type=float, default=ROLL["max_wait"], metavar="SECONDS",
                       help="how long to wait for a node's jobs to end; a node still busy then is skipped and named, "
-                      "never interrupted (default 3600)")
-    roll.add_argument("--poll", type=float, default=10.0, metavar="SECONDS",
-                      help="seconds between looks at a busy node (default 10)")
+                      f"never interrupted (default {ROLL['max_wait']:g})")
+    roll.add_argument("--poll", type=float, default=ROLL["poll"], metavar="SECONDS",
+                      help=f"seconds between looks at a busy node (default {ROLL['poll']:g})")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("bundle", help="gather every file an offline converge needs (run where there is network)",

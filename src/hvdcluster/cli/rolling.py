@@ -4,11 +4,10 @@ The canary first (alone), then the other nodes in hosts.yaml's order, ``--batch`
 changed, each of its nodes gets a roll mark and is looked at (jobs.py): a live job lease of `hvdcluster run`, another
 roll, or a GPU compute process makes it wait, drained (its mark stays: `run` starts no new job there, the running
 ones end as they will), up to ``--max-wait``; a node still busy then loses its mark and is skipped and named, never
-interrupted. The
-batch converges (site.yml with the roles' plays on its nodes only, ``hvd_targets``) and is proven with the nodes done
-before it (the post-flight's plays on those, ``hvd_proof_targets``), then read back like every converge (the loop
-contract). The first failure stops the roll: the nodes not reached yet keep their old state, and the summary names
-what is where. The inputs are recorded as converged only when every node was changed and proven.
+interrupted. The batch converges (site.yml with the roles' plays on its nodes only, ``hvd_targets``) and is proven
+with the nodes done before it (the post-flight's plays on those, ``hvd_proof_targets``), then read back like every
+converge (the loop contract). The first failure stops the roll: the nodes not reached yet keep their old state, and
+the summary names what is where. The inputs are recorded as converged only when every node was changed and proven.
 """
 
 from __future__ import annotations
@@ -25,7 +24,8 @@ from ..progress import dump_json
 from . import runs
 from .common import EXIT_FAILED, EXIT_OK, check_output, console_for, inventory_root, load_and_resolve, render
 
-ROLL_ONLY = ("batch", "canary", "max_wait", "poll")
+# The rolling options and their defaults (the parser's too): given without --rolling, they are refused.
+DEFAULTS = {"batch": "1", "canary": None, "max_wait": 3600.0, "poll": 10.0}
 NOT_WITH_ROLLING = ("limit", "tags", "check", "diff")
 
 
@@ -56,9 +56,8 @@ def batches(names: list[str], batch: str, canary: str | None = None) -> list[lis
 
 def check_arguments(args: argparse.Namespace, names: list[str]) -> None:
     """Exit 2 (before anything is written) on a rolling option without --rolling, or with one it cannot take."""
-    defaults = {"batch": "1", "canary": None, "max_wait": 3600.0, "poll": 10.0}
     if not getattr(args, "rolling", False):
-        given = [f"--{k.replace('_', '-')}" for k in ROLL_ONLY if getattr(args, k, defaults[k]) != defaults[k]]
+        given = [f"--{k.replace('_', '-')}" for k, default in DEFAULTS.items() if getattr(args, k, default) != default]
         if given:
             raise HvdError(f"{', '.join(given)}: only with --rolling")
         return
@@ -93,7 +92,9 @@ class _Roll:
         from .. import jobs
 
         deadline = time.monotonic() + self.args.max_wait
-        pending, ready, said, gone = list(batch), [], {}, self.gone
+        pending, ready, gone = list(batch), [], self.gone
+        told_stale: set[tuple[str, str]] = set()  # (host, file) said once
+        told_busy: dict[str, list[str]] = {}  # host -> the reasons last said
         while pending:
             looks = jobs.look(self.inv, pending, put=self.record, drop=[self.mark, *sorted(gone)])
             busy: dict[str, list[str]] = {}
@@ -103,8 +104,8 @@ class _Roll:
                     continue
                 for name, holder, reason in jobs.stale(node):
                     gone.add(name)  # removed at the next look (a file of the login user's; others' stay)
-                    if name != self.mark and said.get((host, name)) is None:
-                        said[(host, name)] = reason
+                    if name != self.mark and (host, name) not in told_stale:
+                        told_stale.add((host, name))
                         self.console.write(f"  {host}: {jobs.describe(holder)} no longer counts: {reason}")
                 reasons = jobs.busy(node, ours=self.mark)
                 if reasons:
@@ -121,8 +122,8 @@ class _Roll:
                     self.console.write(f"  {host}: skipped, still busy after {self.args.max_wait:g} s: {reasons[0]}")
                 break
             for host, reasons in busy.items():
-                if said.get(host) != reasons:
-                    said[host] = reasons
+                if told_busy.get(host) != reasons:
+                    told_busy[host] = reasons
                     self.console.write(f"  {host}: waiting (up to {self.args.max_wait:g} s): {'; '.join(reasons)}")
             time.sleep(min(self.args.poll, max(deadline - time.monotonic(), 0.1)))
         return [h for h in batch if h in ready]
@@ -153,7 +154,7 @@ def cmd_rolling(args: argparse.Namespace) -> int:
         records_current = nodestate.recorded_inputs(root) == nodestate.inputs_digest(root)
         console.write(f"cluster {cluster.cluster}: rolling over {len(names)} nodes in {len(order)} batches "
                       f"({' | '.join(', '.join(b) for b in order)})")
-        results = []
+        throughput: dict[str, Any] = {}  # the last batch's post-flight figures
         for number, batch in enumerate(order, 1):
             label = "canary" if args.canary and number == 1 else f"batch {number}"
             console.step(number, len(order), f"{label}: {', '.join(batch)}")
@@ -180,7 +181,7 @@ def cmd_rolling(args: argparse.Namespace) -> int:
             console.summary(tracker, str(result.log))
             roll.timeline.append({"batch": label, "nodes": nodes, "proven_with": proof, "started": started,
                                   "ended": time.time(), "ok": ok, "log": str(result.log)})
-            results.append((tracker, result, unrepaired))
+            throughput = tracker.throughput
             if not ok:
                 why = "; ".join(unrepaired) or "; ".join(f"{f.role}: {f.task}: {f.message}" for f in tracker.failures) \
                     or f"rc {result.rc}"
@@ -194,9 +195,8 @@ def cmd_rolling(args: argparse.Namespace) -> int:
     _summary(console, roll, untouched)
     rc = EXIT_OK if complete else EXIT_FAILED
     if args.json:
-        last = results[-1][0].as_dict() if results else {}
         dump_json(sys.stdout, {"cluster": cluster.cluster, "inventory": str(root), "rc": rc, "ok": complete,
-                               "throughput": last.get("throughput", {}),
+                               "throughput": throughput,
                                "rolling": {"order": order, "batches": roll.timeline, "done": roll.done,
                                            "skipped": roll.skipped, "failed": roll.failed, "untouched": untouched}})
     return rc
