@@ -13,6 +13,12 @@ Each side writes its own file first and only then looks at the other's: a roll w
 jobs; a job writes its lease, then looks for marks. Of a job and a roll that start together at least one sees the
 other and backs off (removes its file), so never both go ahead. GPU compute processes (``nvidia-smi
 --query-compute-apps``) count as running work too, whoever started them.
+
+Under Slurm (``scontrol`` on the node, which Slurm knows by its short hostname) a roll also drains the node before it
+looks (``scontrol update state=DRAIN reason="hvdcluster roll <id>"``: Slurm starts no new job there) and counts the
+Slurm jobs running there (``squeue -w``) as running work; it resumes the node when done with it, and only a node it
+drained itself (the reason is its own): a node someone else drained or took down stays as they left it. A node whose
+``scontrol`` cannot reach the controller cannot be read.
 """
 
 from __future__ import annotations
@@ -46,6 +52,14 @@ class Look:
     holders: dict[str, dict | None] = field(default_factory=dict)
     gpu_apps: list[str] = field(default_factory=list)
     error: str | None = None
+    slurm: dict[str, str] | None = None  # under Slurm: its node record (NodeName, State, Reason ...), else None
+    slurm_jobs: list[str] = field(default_factory=list)  # "<id> <user> <name>" of the Slurm jobs running there
+
+    @property
+    def drained_by(self) -> str:
+        """The reason Slurm holds for the node being drained (or down), "" when it takes jobs."""
+        state = (self.slurm or {}).get("State", "")
+        return (self.slurm or {}).get("Reason", "") if any(w in state for w in ("DRAIN", "DOWN", "FAIL")) else ""
 
 
 def mine(kind: str, run_id: str, **extra: Any) -> dict:
@@ -63,9 +77,47 @@ def new_id() -> str:
     return f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
 
 
-def script(put: dict | None = None, drop: list[str] | tuple[str, ...] = ()) -> str:
+def slurm_reason(record: dict) -> str:
+    """The reason a roll drains a Slurm node with: it names the roll, so only that roll resumes the node."""
+    return f"hvdcluster roll {record['run_id']}"
+
+
+SLURM_SCRIPT = r"""
+if command -v scontrol >/dev/null 2>&1; then
+  n=$(hostname -s)
+  if line=$(scontrol -o show node "$n" 2>&1); then
+    s=; [ "$(id -u)" = 0 ] || s="sudo -n"
+    st=$(printf '%s
+' "$line" | tr ' ' '
+' | sed -n 's/^State=//p')
+    case "$slurm" in
+      drain) case "$st" in *DRAIN*|*DOWN*|*FAIL*) ;; *)
+        $s scontrol update nodename="$n" state=DRAIN reason="$reason" >/dev/null 2>&1 ||
+          { echo "hvd-slurm-error cannot drain $n in Slurm (scontrol update as root: sudo -n)"; exit 5; }
+        line=$(scontrol -o show node "$n" 2>&1) ;; esac ;;
+      resume) case "$line" in *" Reason=$reason "*|*" Reason=$reason") case "$st" in *DRAIN*)
+        $s scontrol update nodename="$n" state=RESUME >/dev/null 2>&1 ||
+          { echo "hvd-slurm-error cannot resume $n in Slurm (scontrol update as root: sudo -n)"; exit 5; }
+        line=$(scontrol -o show node "$n" 2>&1) ;; esac ;; esac ;;
+    esac
+    printf 'hvd-slurm %s
+' "$line"
+    jobs=$(squeue -h -w "$n" -t RUNNING,COMPLETING,SUSPENDED -o '%A %u %j' 2>&1) ||
+      { printf 'hvd-slurm-error squeue -w %s: %s\n' "$n" "$jobs" | head -n 1; exit 5; }
+    printf '%s\n' "$jobs" | sed '/^$/d; s/^/hvd-slurm-job /'
+  else
+    case "$line" in *"not found"*) ;; *) printf 'hvd-slurm-error %s
+' "$line" | head -n 1; exit 5 ;; esac
+  fi
+fi
+"""
+
+
+def script(put: dict | None = None, drop: list[str] | tuple[str, ...] = (), slurm: str | None = None,
+           reason: str = "") -> str:
     """Shell for the node (as the login user): remove our files ``drop``, write ``put`` (never over an existing
-    file), then list every lease and mark and the GPU compute processes."""
+    file), then (``slurm``: "drain" or "resume", with ``reason``, on a node Slurm knows) drain or resume it, and list
+    every lease and mark, the GPU compute processes and the Slurm jobs running there."""
     lines = [f"d={DIR}", '[ -d "$d" ] || { echo "hvd-missing $d"; exit 3; }']
     lines += [f'rm -f -- "$d"/{shlex.quote(name)}' for name in drop]
     if put is not None:
@@ -76,6 +128,7 @@ def script(put: dict | None = None, drop: list[str] | tuple[str, ...] = ()) -> s
                  'head -c 65536 "$f" | tr -d "\\n"; echo; done')
     lines.append("if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi --query-compute-apps=pid,process_name "
                  '--format=csv,noheader 2>/dev/null | sed "s/^/hvd-gpu-app /"; fi')
+    lines += [f"slurm={shlex.quote(slurm or '')}", f"reason={shlex.quote(reason)}", SLURM_SCRIPT.strip()]
     lines.append("exit 0")
     return "\n".join(lines)
 
@@ -93,6 +146,12 @@ def parse(host: str, rc: int, out: str | None, err: str | None = "") -> Look:
             look.holders[name] = record if isinstance(record, dict) else None
         elif word == "hvd-gpu-app" and rest.strip():
             look.gpu_apps.append(rest.strip())
+        elif word == "hvd-slurm":
+            look.slurm = slurm_fields(rest)
+        elif word == "hvd-slurm-job" and rest.strip():
+            look.slurm_jobs.append(rest.strip())
+        elif word == "hvd-slurm-error":
+            look.error = f"Slurm: {rest.strip()}"
         elif word == "hvd-missing":
             look.error = f"{rest} is missing (hvd_base makes it; a node without systemd loses it at reboot): run " \
                          "`hvdcluster up`"
@@ -103,12 +162,21 @@ def parse(host: str, rc: int, out: str | None, err: str | None = "") -> Look:
     return look
 
 
+def slurm_fields(line: str) -> dict[str, str]:
+    """``scontrol -o show node``'s one line as its fields; Reason, the last one, keeps its spaces."""
+    head, _, reason = line.partition(" Reason=")
+    fields = dict(word.split("=", 1) for word in head.split() if "=" in word)
+    if reason:
+        fields["Reason"] = reason.split(" [", 1)[0].strip()  # "<reason> [user@time]"
+    return fields
+
+
 def look(inv: Inventory, hosts: list[str], *, put: dict | None = None, drop: list[str] | tuple[str, ...] = (),
-         timeout: float = 30) -> dict[str, Look]:
+         slurm: str | None = None, reason: str = "", timeout: float = 30) -> dict[str, Look]:
     """Run :func:`script` on every one of ``hosts`` over SSH, in parallel."""
     from .launch import on_each
 
-    answers = on_each(inv, hosts, "sh -c " + shlex.quote(script(put, drop)), timeout)
+    answers = on_each(inv, hosts, "sh -c " + shlex.quote(script(put, drop, slurm, reason)), timeout)
     return {host: Look(host, error=proc) if isinstance(proc, str) else
             parse(host, proc.returncode, proc.stdout, proc.stderr) for host, proc in answers.items()}
 
@@ -153,4 +221,5 @@ def busy(node: Look, ours: str | None = None) -> list[str]:
     reasons = [f"running {describe(record)}" for _, record in live(node, JOB, ours)]
     reasons += [f"being changed by {describe(record)}" for _, record in live(node, ROLL, ours)]
     reasons += [f"GPU compute process {app}" for app in node.gpu_apps]
+    reasons += [f"Slurm job {job}" for job in node.slurm_jobs]
     return reasons

@@ -26,6 +26,7 @@ from pathlib import Path
 from .errors import HvdError
 
 LOCK_NAME = ".lock"  # hidden: Ansible never reads a dot file of an inventory folder as inventory
+ROLL = "up --rolling"  # the command a roll holds the folder as: `run` may launch beside it (hold's ``beside``)
 
 
 class InventoryBusy(HvdError):
@@ -54,11 +55,13 @@ def _holder(fd: int) -> dict:
 
 
 @contextmanager
-def hold(root: str | os.PathLike[str], command: str) -> Iterator[None]:
+def hold(root: str | os.PathLike[str], command: str, beside: tuple[str, ...] = ()) -> Iterator[None]:
     """Hold the inventory folder ``root`` (created when missing) for the duration of the ``with`` block.
 
     Raises :class:`InventoryBusy` at once when another process holds it; the loser changes nothing: the
-    lock file is opened without truncating and written only once the lock is ours.
+    lock file is opened without truncating and written only once the lock is ours. ``beside``: the holders'
+    commands this run may go on beside, without the lock (`run` beside `up --rolling`, whose nodes being changed
+    carry marks that `run` honours).
     """
     folder = Path(root)
     try:
@@ -71,7 +74,11 @@ def hold(root: str | os.PathLike[str], command: str) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise InventoryBusy(folder, _holder(fd)) from None
+                busy = _holder(fd)
+                if busy.get("command") in beside:
+                    yield
+                    return
+                raise InventoryBusy(folder, busy) from None
             raise HvdError(f"{folder}: cannot take the run lock: {exc.strerror or exc}") from None
         record = {"pid": os.getpid(), "started": datetime.now().astimezone().isoformat(timespec="seconds"),
                   "command": command}

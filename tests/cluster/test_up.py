@@ -467,10 +467,14 @@ def start_job(hvd, lab: Lab, node: int) -> subprocess.Popen:
 
 
 def test_a_rolling_up_changes_one_node_at_a_time_and_waits_for_the_job_on_node3(hvd, lab3: Lab, tmp_path) -> None:
-    """A job runs on node3 (hvdcluster run, its lease on node3): `up --rolling --batch 1` changes node1, proves it,
-    then node2, proves both, waits for node3's job with node3 drained (the roll's mark stays there), and changes node3
-    once the job has ended by itself. At no moment are two nodes mid-change, and every lease and mark is gone at the
-    end."""
+    """Every node drifted (its MPI package unheld), a job runs on node3 (hvdcluster run, its lease on node3):
+    `up --rolling --batch 1` repairs node1, proves it, then node2, proves both, waits for node3's job with node3
+    drained (the roll's mark stays there), and repairs node3 once the job has ended by itself. While the roll waits,
+    a job on node1 (already changed) starts: the roll holds the inventory but `run` may launch beside it. At no moment
+    are two nodes mid-change, and every lease and mark is gone at the end. On the cluster in sync, `up --rolling`
+    then has nothing to roll."""
+    for i in (1, 2, 3):
+        assert lab3.exec(i, "apt-mark", "unhold", "openmpi-bin").returncode == 0
     job = start_job(hvd, lab3, 3)
     out = tmp_path / "roll.json"
     with out.open("w") as stdout:
@@ -485,6 +489,8 @@ def test_a_rolling_up_changes_one_node_at_a_time_and_waits_for_the_job_on_node3(
                     # node3 keeps the roll's mark while it waits (drained): the mark is there, beside the job's lease
                     held = run_dir(lab3, 3)
                     assert [n.split("-")[0] for n in held] == ["job", "roll"], held
+                    beside = hvd("run", "hosts.yaml", "--limit", "node1", "-np", "1", "--", "python", "-c", "pass")
+                    assert beside.returncode == 0, beside.stderr[-3000:]
                     told = time.time()
                     assert lab3.exec(3, "touch", END_FLAG).returncode == 0  # the job ends by itself
                     job.wait(timeout=60)
@@ -511,18 +517,23 @@ def test_a_rolling_up_changes_one_node_at_a_time_and_waits_for_the_job_on_node3(
     assert [run_dir(lab3, i) for i in (1, 2, 3)] == [[], [], []]
     rc, check = check_json(hvd)
     assert rc == 0, check
+    assert all(lab3.exec(i, "sh", "-c", "apt-mark showhold | grep -qx openmpi-bin").returncode == 0 for i in (1, 2, 3))
+    rc, doc, err = hvd.up_json("--rolling", "--batch", "1")
+    assert rc == 0 and doc["rolling"]["batches"] == [] and doc["rolling"]["in_sync"] == lab3.node_names, err[-3000:]
+    assert "nothing to roll: every node is in its desired state" in err
 
 
 def test_a_busy_canary_stops_the_roll_and_a_failed_canary_leaves_the_others_untouched(hvd, lab3: Lab) -> None:
     """A job on node3 past --max-wait: the canary node3 is skipped and named, the job not interrupted, nothing changed.
     The job's launcher then dies by SIGKILL: its lease stays on node3 but no longer counts. `run` refuses a node that
     carries a live roll mark. A canary whose converge cannot be proven (its OS release changed by hand: no role
-    repairs it) stops the roll: node1 and node2 are never touched."""
+    repairs it) stops a roll of every node (`--full`): node1 and node2 are never touched. Without `--full` the roll
+    converges no node for it: the drift is named as the operator's."""
     from hvdcluster import jobs
 
     job = start_job(hvd, lab3, 3)
     try:
-        rc, doc, err = hvd.up_json("--rolling", "--canary", "node3", "--max-wait", "3", "--poll", "1")
+        rc, doc, err = hvd.up_json("--rolling", "--full", "--canary", "node3", "--max-wait", "3", "--poll", "1")
         assert rc == 1, err[-3000:]
         roll = doc["rolling"]
         assert roll["done"] == [] and roll["batches"] == [] and roll["untouched"] == ["node1", "node2"], roll
@@ -556,7 +567,10 @@ def test_a_busy_canary_stops_the_roll_and_a_failed_canary_leaves_the_others_unto
     assert broken.returncode == 0, broken.stderr
     before = {i: lab3.exec(i, "sh", "-c", "stat -c %Y /etc/ansible/facts.d/*.fact | md5sum").stdout for i in (1, 2)}
     try:
-        rc, doc, err = hvd.up_json("--rolling", "--canary", "node3", "--batch", "2", "--max-wait", "30",
+        rc, doc, err = hvd.up_json("--rolling", "--canary", "node3")
+        assert rc == 1 and doc["rolling"]["batches"] == [] and list(doc["rolling"]["by_hand"]) == ["node3"], err[-3000:]
+        assert "not repaired: node3: os.release" in err and "nothing to roll" in err
+        rc, doc, err = hvd.up_json("--rolling", "--full", "--canary", "node3", "--batch", "2", "--max-wait", "30",
                                    "--poll", "1")
         assert rc == 1, err[-3000:]
         roll = doc["rolling"]
@@ -571,3 +585,121 @@ def test_a_busy_canary_stops_the_roll_and_a_failed_canary_leaves_the_others_unto
         assert [run_dir(lab3, i) for i in (1, 2, 3)] == [[], [], []]  # the stale lease went with the roll's look
     finally:
         lab3.exec(3, "sh", "-c", "rm -f /etc/os-release && cp -P /root/os-release.saved /etc/os-release")
+
+
+# ------------------------------------------------------------------------------------------ rolling under Slurm
+
+SLURM_CONF = """\
+ClusterName=hvdlab
+SlurmctldHost=node1
+SlurmUser=slurm
+AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmdParameters=config_overrides
+ReturnToService=2
+SlurmdSpoolDir=/var/spool/slurmd
+StateSaveLocation=/var/spool/slurmctld
+SlurmctldLogFile=/var/log/slurmctld.log
+SlurmdLogFile=/var/log/slurmd.log
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+MpiDefault=none
+NodeName=node[1-3] CPUs=1 State=UNKNOWN
+PartitionName=lab Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def slurm_node(lab: Lab, node: str) -> dict[str, str]:
+    """Slurm's record of a node, as `scontrol -o show node` prints it (asked on node1, the controller)."""
+    from hvdcluster.jobs import slurm_fields
+
+    proc = lab.exec(1, "scontrol", "-o", "show", "node", node)
+    assert proc.returncode == 0, proc.stderr
+    return slurm_fields(proc.stdout.strip())
+
+
+@pytest.fixture
+def slurm(lab3: Lab):
+    """Real Slurm on the 3 nodes (Debian's slurmctld on node1, slurmd and munge on each, one munge key), stopped and
+    removed afterwards; returns once the three nodes are idle."""
+    setup = ("set -e; export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; "
+             "apt-get install -y -qq --no-install-recommends slurmd slurmctld slurm-client munge >/dev/null 2>&1")
+    for i in (1, 2, 3):
+        proc = lab3.exec(i, "sh", "-c", setup)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    key = subprocess.run(["docker", "exec", lab3.container(1), "cat", "/etc/munge/munge.key"], capture_output=True,
+                         check=True).stdout
+    for i in (1, 2, 3):
+        for path, data, mode in (("/etc/munge/munge.key", key, "0400"), ("/etc/slurm/slurm.conf", SLURM_CONF.encode(),
+                                                                          "0644")):
+            subprocess.run(["docker", "exec", "-i", lab3.container(i), "sh", "-c", f"cat > {path} && chmod {mode} "
+                            f"{path}"], input=data, check=True)
+        lab3.exec(i, "chown", "munge:munge", "/etc/munge/munge.key")
+        start = ("install -d -o munge -g munge /run/munge && runuser -u munge -- munged && install -d /var/spool/slurmd"
+                 + (" && install -d -o slurm -g slurm /var/spool/slurmctld && slurmctld" if i == 1 else ""))
+        proc = lab3.exec(i, "sh", "-c", start)
+        assert proc.returncode == 0, proc.stderr
+    for i in (1, 2, 3):
+        assert lab3.exec(i, "slurmd").returncode == 0
+    deadline = time.monotonic() + 60
+    while lab3.exec(1, "sinfo", "-h", "-t", "idle", "-o", "%D").stdout.strip() != "3":
+        assert time.monotonic() < deadline, lab3.exec(1, "sinfo").stdout
+        time.sleep(1)
+    yield lab3
+    for i in (1, 2, 3):
+        lab3.exec(i, "sh", "-c", "pkill -x slurmd; pkill -x slurmctld; pkill -x munged; "
+                                 "DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq slurmd slurmctld slurm-client "
+                                 "munge >/dev/null 2>&1; rm -f /tmp/hvd-slurm-end")
+
+
+def test_under_slurm_a_roll_drains_waits_for_the_slurm_job_and_resumes_only_what_it_drained(hvd, slurm: Lab) -> None:
+    """Real Slurm on the 3 nodes: an operator drained node1 ("bad fan"), a Slurm batch job runs on node3. `up
+    --rolling --full --batch 2` drains node2 (node1 already is) and changes node1 and node2; drains node3 so no new
+    job starts there, waits while the Slurm job runs, changes node3 only once the job ended by itself, and resumes
+    node2 and node3, the nodes it drained. node1 stays drained with the operator's reason."""
+    lab3 = slurm
+    flag = "/tmp/hvd-slurm-end"
+    assert lab3.exec(1, "scontrol", "update", "nodename=node1", "state=DRAIN", "reason=bad fan").returncode == 0
+    job = lab3.exec(1, "sh", "-c", f"cd /tmp && sbatch -w node3 --wrap 'while [ ! -e {flag} ]; do sleep 0.5; done' "
+                                   "--parsable")
+    assert job.returncode == 0, job.stderr
+    job_id = job.stdout.strip()
+    deadline = time.monotonic() + 60
+    while "ALLOCATED" not in slurm_node(lab3, "node3").get("State", ""):
+        assert time.monotonic() < deadline, slurm_node(lab3, "node3")
+        time.sleep(0.5)
+    roll = subprocess.Popen([str(hvd.bin / "hvdcluster"), "up", "hosts.yaml", "--rolling", "--full", "--batch", "2",
+                             "--poll", "1", "--max-wait", "600", "--json"], cwd=hvd.cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    err, told, node3_while_waiting = [], None, {}
+    try:
+        for line in roll.stderr:
+            err.append(line)
+            if line.startswith("  node3: waiting (up to") and told is None:
+                assert f"Slurm job {job_id} " in line, line
+                node3_while_waiting = slurm_node(lab3, "node3")
+                told = time.time()
+                lab3.exec(3, "touch", flag)  # the Slurm job ends by itself
+        out = roll.stdout.read()
+        roll.wait(timeout=60)
+    finally:
+        if roll.poll() is None:
+            roll.kill()
+    text = "".join(err)
+    assert roll.returncode == 0 and told is not None, text[-4000:]
+    assert "DRAIN" in node3_while_waiting["State"] and node3_while_waiting["Reason"].startswith("hvdcluster roll "), \
+        node3_while_waiting
+    doc = json.loads(out)["rolling"]
+    assert [b["nodes"] for b in doc["batches"]] == [["node1", "node2"], ["node3"]], doc
+    assert doc["batches"][1]["started"] >= told and doc["done"] == ["node1", "node2", "node3"]
+    assert doc["slurm_drained"] == ["node2", "node3"], doc
+    assert "node1: already drained or down in Slurm (bad fan): left so after" in text
+    assert "node3: resumed in Slurm" in text and "node2: resumed in Slurm" in text
+    for node in ("node2", "node3"):
+        state = slurm_node(lab3, node)
+        assert "DRAIN" not in state["State"] and "Reason" not in state, state
+    assert "DRAIN" in slurm_node(lab3, "node1")["State"] and slurm_node(lab3, "node1")["Reason"] == "bad fan"
+    assert lab3.exec(1, "squeue", "-h").stdout.strip() == ""

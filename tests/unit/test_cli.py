@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -336,23 +337,48 @@ def test_valid_limits_and_tags_reach_ansible_unchanged(
 HOLD = """
 import sys
 from hvdcluster import lock
-with lock.hold(sys.argv[1], "up"):
+with lock.hold(sys.argv[1], sys.argv[2]):
     print("held", flush=True)
     sys.stdin.read()
 """
 
 
+@contextlib.contextmanager
+def held(folder: Path, command: str = "up"):
+    """A separate process holding the inventory lock of ``folder`` as ``command`` until the block ends."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(lock.__file__).parents[1]),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(folder), command], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().strip() == "held"
+    try:
+        yield proc
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=10)
+
+
 @pytest.fixture
 def holder(hosts: Path, tmp_path: Path):
     """A separate process holding the inventory lock of cluster c1 until the test ends."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(lock.__file__).parents[1]),
-                                                        os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / "inv" / "c1")], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env=env)
-    assert proc.stdout.readline().strip() == "held"
-    yield proc
-    proc.stdin.close()
-    proc.wait(timeout=10)
+    with held(tmp_path / "inv" / "c1") as proc:
+        yield proc
+
+
+def test_run_reads_beside_a_roll_but_not_beside_any_other_run(tmp_path: Path) -> None:
+    """`run`'s gate may read while `up --rolling` holds the folder (the roll's marks keep jobs off the nodes it
+    changes); beside a plain `up` it is refused at once, naming the holder."""
+    folder = tmp_path / "inv" / "c1"
+    with held(folder, lock.ROLL) as roll:
+        with lock.hold(folder, "run", beside=(lock.ROLL,)):
+            assert lock.holder(folder)["pid"] == roll.pid  # the roll keeps it: run never took it
+        with pytest.raises(lock.InventoryBusy, match="command up --rolling"):
+            with lock.hold(folder, "up"):
+                pass
+    with held(folder, "up"):
+        with pytest.raises(lock.InventoryBusy, match=r"command up\)"):
+            with lock.hold(folder, "run", beside=(lock.ROLL,)):
+                pass
 
 
 @pytest.mark.parametrize("command", ["up", "preflight", "inventory"])

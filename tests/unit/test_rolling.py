@@ -150,3 +150,72 @@ def test_a_rolls_read_back_holds_the_changed_nodes_against_each_other_not_agains
     lines, tracker = loop(["node1"])
     assert lines == [] and not tracker.hosts["node1"].unrepaired
     assert sorted(p.name for p in (root / "state").iterdir()) == ["node1.json"]
+
+
+def test_a_roll_changes_only_what_the_fast_path_would_repair_and_skips_the_preflight_after_its_first_batch() -> None:
+    """The scope of a roll, from one read of every node: the drifted nodes some role repairs, with the fast path's
+    roles (node2 in sync is proven with the first batch, never changed; node4's OS release is the operator's). With
+    no read (inputs changed, or --full) every node and every role; the pre-flight runs with the first batch only
+    (its play looks at every node), never again."""
+    from hvdcluster import drift
+    from hvdcluster.cli import repair
+    from hvdcluster.cli.rolling import scope
+
+    names = ["n1", "n2", "n3", "n4"]
+    want = {n: {"pkg.openmpi-bin.hold": "held", "os.release": "debian 12"} for n in names}
+    found = {n: dict(state) for n, state in want.items()}
+    found["n1"]["pkg.openmpi-bin.hold"] = found["n3"]["pkg.openmpi-bin.hold"] = "not held"
+    found["n4"]["os.release"] = "debian 13"
+    todo = scope(names, repair.plan(drift.compare(want, found, []), names))
+    assert todo.nodes == ["n1", "n3"] and todo.in_sync == ["n2"] and todo.by_hand == {"n4": ["os.release"]}
+    assert todo.tags == "hvd_openmpi,hvd_pyenv,hvd_horovod,hvd_verify,hvd_state"
+    assert "hvd_targets" not in todo.extravars and todo.batch_tags(2) == todo.tags
+    every = scope(names, None)
+    assert every.nodes == names and every.in_sync == [] and every.batch_tags(1) is None
+    later = every.batch_tags(2).split(",")
+    assert "hvd_preflight" not in later and later == [*drift.ROLES[1:], "hvd_state"]
+
+
+LINE = ("NodeName=node3 Arch=x86_64 CoresPerSocket=1  CPUAlloc=1 CPUEfctv=1 CPUTot=1 CPULoad=1.94 "
+        "AvailableFeatures=(null) NodeAddr=node3 NodeHostName=node3 Version=22.05.8 OS=Linux 6.18.44 #1 SMP "
+        "PREEMPT_DYNAMIC @0  RealMemory=1 State={state} ThreadsPerCore=1 Partitions=lab  CfgTRES=cpu=1 CapWatts=n/a"
+        "{reason}")
+
+
+def _slurm_node(tmp_path: Path, monkeypatch, state: str, drained: str, **kwargs) -> tuple[jobs.Look, list[str]]:
+    """The node script against stand-ins for scontrol/squeue/hostname that print what Slurm 22.05 printed for a
+    node (the line above, recorded from Debian's slurmctld in a lab container) and log each call. Real Slurm runs in
+    tests/cluster/test_up.py; here only the script's branches are held to it, with no daemon."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    line = LINE.format(state=state, reason=f" Reason={drained} [root@2026-11-26T00:19:01]" if drained else "")
+    for name, body in {"hostname": "echo node3", "scontrol": f"echo \"scontrol $*\" >> {log}; "
+                       f"[ \"$1\" = -o ] && echo '{line}'; exit 0",
+                       "squeue": "echo '41 alice train'", "sudo": f"echo \"sudo $*\" >> {log}; exit 0"}.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(exist_ok=True)
+    monkeypatch.setattr(jobs, "DIR", str(run_dir))
+    proc = subprocess.run(["sh", "-c", jobs.script(**kwargs)], capture_output=True, text=True,
+                          env={**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"})
+    look = jobs.parse("node3", proc.returncode, proc.stdout, proc.stderr)
+    return look, (log.read_text().splitlines() if log.exists() else [])
+
+
+def test_a_roll_drains_a_slurm_node_only_when_nobody_did_and_resumes_only_its_own_drain(tmp_path, monkeypatch) -> None:
+    ours = "hvdcluster roll 20261126T001901-42"
+    look, calls = _slurm_node(tmp_path, monkeypatch, "ALLOCATED", "", slurm="drain", reason=ours)
+    update = [c for c in calls if "update" in c]
+    assert len(update) == 1 and f"state=DRAIN reason={ours}" in update[0], calls
+    assert look.slurm["State"] == "ALLOCATED" and jobs.busy(look) == ["Slurm job 41 alice train"]
+    look, calls = _slurm_node(tmp_path / "b", monkeypatch, "IDLE+DRAIN", "bad fan", slurm="drain", reason=ours)
+    assert not [c for c in calls if "update" in c] and look.drained_by == "bad fan"  # the operator's drain: left
+    look, calls = _slurm_node(tmp_path / "c", monkeypatch, "IDLE+DRAIN", "bad fan", slurm="resume", reason=ours)
+    assert not [c for c in calls if "update" in c]  # never resumed by the roll
+    look, calls = _slurm_node(tmp_path / "d", monkeypatch, "MIXED+DRAIN", ours, slurm="resume", reason=ours)
+    assert [c.split()[-1] for c in calls if "update" in c] == ["state=RESUME"], calls
+    look, calls = _slurm_node(tmp_path / "e", monkeypatch, "IDLE+DRAIN", ours + "0", slurm="resume", reason=ours)
+    assert not [c for c in calls if "update" in c]  # another roll's reason that starts like ours
+    assert jobs.slurm_fields(LINE.format(state="IDLE+DRAIN", reason=" Reason=a b c [slurm@2026-01-01T00:00:00]")) \
+        ["Reason"] == "a b c"

@@ -16,13 +16,17 @@ import argparse
 import math
 import sys
 import time
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from .. import inventory, lock
 from ..errors import HvdError
 from ..progress import dump_json
 from . import runs
 from .common import EXIT_FAILED, EXIT_OK, check_output, console_for, inventory_root, load_and_resolve, render
+
+if TYPE_CHECKING:
+    from .repair import Repair
 
 # The rolling options and their defaults (the parser's too): given without --rolling, they are refused.
 DEFAULTS = {"batch": "1", "canary": None, "max_wait": 3600.0, "poll": 10.0}
@@ -54,6 +58,37 @@ def batches(names: list[str], batch: str, canary: str | None = None) -> list[lis
     return order + [rest[i:i + size] for i in range(0, len(rest), size)]
 
 
+@dataclass(frozen=True)
+class Scope:
+    """What a roll changes: ``nodes`` (hosts.yaml's order), how (``tags``: None for all of site.yml, else the
+    fast path's roles; ``extravars``), and the nodes left as they are: ``in_sync`` (in their desired state: proven
+    with the first batch, never changed) and ``by_hand`` (what no role repairs: named, never changed)."""
+
+    nodes: list[str]
+    tags: str | None = None
+    extravars: dict[str, Any] = field(default_factory=dict)
+    in_sync: list[str] = field(default_factory=list)
+    by_hand: dict[str, list[str]] = field(default_factory=dict)
+
+    def batch_tags(self, number: int) -> str | None:
+        """The tags of batch ``number`` (1-based): the first of a whole-site.yml roll runs the pre-flight over every
+        node (its plays take hvd_nodes); the others skip it, it has already looked at them all."""
+        if self.tags is not None or number == 1:
+            return self.tags
+        from ..drift import ROLES
+
+        return ",".join([r for r in ROLES if r != "hvd_preflight"] + ["hvd_state"])
+
+
+def scope(names: list[str], todo: Repair | None) -> Scope:
+    """The roll's scope: every node and every role (``todo`` None: the inputs changed, a node has no record or could
+    not be read), or the drifted nodes some role repairs, with the roles the fast path of `up` would run."""
+    if todo is None:
+        return Scope(list(names))
+    extravars = {k: v for k, v in todo.extravars.items() if k != "hvd_targets"}  # each batch names its own
+    return Scope(list(todo.targets), todo.tags, extravars, list(todo.in_sync), dict(todo.by_hand))
+
+
 def check_arguments(args: argparse.Namespace, names: list[str]) -> None:
     """Exit 2 (before anything is written) on a rolling option without --rolling, or with one it cannot take."""
     if not getattr(args, "rolling", False):
@@ -81,10 +116,14 @@ class _Roll:
         self.record = jobs.mine(jobs.ROLL, jobs.new_id(), command=["hvdcluster", "up", "--rolling"])
         self.mark = jobs.file_name(self.record)
         self.done: list[str] = []
+        self.in_sync: list[str] = []
         self.skipped: dict[str, list[str]] = {}
         self.failed: dict[str, str] = {}
         self.timeline: list[dict[str, Any]] = []
         self.gone: set[str] = set()  # stale leases and marks seen: removed at the next look (the login user's own)
+        self.reason = jobs.slurm_reason(self.record)  # what a node this roll drains in Slurm says
+        self.drained: list[str] = []  # the nodes this roll drained in Slurm (and resumes)
+        self.told_slurm: set[str] = set()
 
     def take(self, batch: list[str]) -> list[str]:
         """Mark the batch's nodes and wait until none runs a job (up to --max-wait): the nodes to change now, still
@@ -96,12 +135,14 @@ class _Roll:
         told_stale: set[tuple[str, str]] = set()  # (host, file) said once
         told_busy: dict[str, list[str]] = {}  # host -> the reasons last said
         while pending:
-            looks = jobs.look(self.inv, pending, put=self.record, drop=[self.mark, *sorted(gone)])
+            looks = jobs.look(self.inv, pending, put=self.record, drop=[self.mark, *sorted(gone)], slurm="drain",
+                              reason=self.reason)
             busy: dict[str, list[str]] = {}
             for host, node in looks.items():
                 if node.error:
                     self.skipped[host] = [node.error]
                     continue
+                self._tell_slurm(host, node)
                 for name, holder, reason in jobs.stale(node):
                     gone.add(name)  # removed at the next look (a file of the login user's; others' stay)
                     if name != self.mark and (host, name) not in told_stale:
@@ -116,7 +157,7 @@ class _Roll:
             if not pending:
                 break
             if time.monotonic() >= deadline:
-                jobs.look(self.inv, pending, drop=[self.mark, *sorted(gone)])  # skipped: open to jobs again
+                self.release(pending)  # skipped: open to jobs again
                 for host, reasons in busy.items():
                     self.skipped[host] = reasons
                     self.console.write(f"  {host}: skipped, still busy after {self.args.max_wait:g} s: {reasons[0]}")
@@ -128,11 +169,49 @@ class _Roll:
             time.sleep(min(self.args.poll, max(deadline - time.monotonic(), 0.1)))
         return [h for h in batch if h in ready]
 
+    def _tell_slurm(self, host: str, node) -> None:
+        """Say once per node what Slurm holds: drained by this roll, or by someone else (left so)."""
+        if node.slurm is None or host in self.told_slurm:
+            return
+        self.told_slurm.add(host)
+        if node.drained_by == self.reason:
+            self.drained.append(host)
+            self.console.write(f"  {host}: drained in Slurm ({self.reason}): no new job starts there")
+        elif node.drained_by:
+            self.console.write(f"  {host}: already drained or down in Slurm ({node.drained_by}): left so after")
+
     def release(self, nodes: list[str]) -> None:
+        """Remove the roll's mark (and stale files) from ``nodes`` and resume those this roll drained in Slurm."""
         from .. import jobs
 
         if nodes:
-            jobs.look(self.inv, nodes, drop=[self.mark, *sorted(self.gone)])
+            looks = jobs.look(self.inv, nodes, drop=[self.mark, *sorted(self.gone)], slurm="resume",
+                              reason=self.reason)
+            for host, node in looks.items():
+                if node.error:
+                    self.console.write(f"  {host}: could not be released: {node.error}")
+                elif host in self.drained and node.drained_by != self.reason:
+                    self.console.write(f"  {host}: resumed in Slurm")
+
+
+def _read_scope(root, names: list[str], console) -> Scope:
+    """On a cluster converged before from the same inputs, one read of every node decides what the roll changes (as
+    the fast path of `up` does); otherwise (and with ``--full``) every node is changed."""
+    from .. import drift, nodestate
+    from . import repair
+
+    if nodestate.recorded_inputs(root) != nodestate.inputs_digest(root):
+        console.write("inputs changed since the last full converge (or never converged): every node is changed")
+        return scope(names, None)
+    want = nodestate.desired(root, names)
+    if any(state is None for state in want.values()):
+        return scope(names, None)
+    reading = nodestate.read(root, hosts=names)
+    if reading.unreachable:
+        return scope(names, None)  # the roll names the node it cannot reach
+    report = drift.compare(want, reading.found, [])
+    console.write(f"  {drift.render(report)}" if not report.drifted else drift.render(report))
+    return scope(names, repair.plan(report, names))
 
 
 def cmd_rolling(args: argparse.Namespace) -> int:
@@ -145,34 +224,44 @@ def cmd_rolling(args: argparse.Namespace) -> int:
     cluster, plan = load_and_resolve(args.hosts, args.bundle)
     names = [h.name for h in cluster.hosts]
     check_arguments(args, names)
-    order = batches(names, args.batch, args.canary)
     extra = runs.FULL_VERIFY if args.verify else {}
-    with lock.hold(inventory_root(output, cluster), "up"):
+    with lock.hold(inventory_root(output, cluster), lock.ROLL):
         root = render(cluster, output, plan)
         roll = _Roll(args, inventory.read(root), console)
         desired = nodestate.desired(root, names)
         records_current = nodestate.recorded_inputs(root) == nodestate.inputs_digest(root)
-        console.write(f"cluster {cluster.cluster}: rolling over {len(names)} nodes in {len(order)} batches "
-                      f"({' | '.join(', '.join(b) for b in order)})")
+        todo = scope(names, None) if args.full else _read_scope(root, names, console)
+        canary = args.canary if args.canary in todo.nodes else None
+        if args.canary and canary is None:
+            console.write(f"  the canary {args.canary} is in its desired state: it is not changed")
+        order = batches(todo.nodes, args.batch, canary) if todo.nodes else []
+        roll.in_sync = todo.in_sync
+        if not order:
+            console.write("nothing to roll: " + ("every node is in its desired state" if not todo.by_hand else
+                                                 "what drifted, no role repairs"))
+        else:
+            console.write(f"cluster {cluster.cluster}: rolling over {len(todo.nodes)} of {len(names)} nodes in "
+                          f"{len(order)} batches ({' | '.join(', '.join(b) for b in order)})")
         throughput: dict[str, Any] = {}  # the last batch's post-flight figures
         for number, batch in enumerate(order, 1):
-            label = "canary" if args.canary and number == 1 else f"batch {number}"
+            label = "canary" if canary and number == 1 else f"batch {number}"
             console.step(number, len(order), f"{label}: {', '.join(batch)}")
             nodes = roll.take(batch)
             if label == "canary" and not nodes:
-                console.write(f"  the canary {args.canary} was not changed: the roll stops")
+                console.write(f"  the canary {canary} was not changed: the roll stops")
                 break
             if not nodes:
                 continue
-            proof = roll.done + nodes
+            proof = [n for n in names if n in roll.in_sync or n in roll.done or n in nodes]
             # Recorded again only when every node was changed and proven; a roll that changes no node keeps them.
             nodestate.forget_inputs(root)
             started = time.time()
             events: list[dict] = []
             try:
                 tracker, result = runs.tracked_run(
-                    root, cluster, console, "site.yml", events=events,
-                    extravars={"hvd_targets": ",".join(nodes), "hvd_proof_targets": ",".join(proof), **extra})
+                    root, cluster, console, "site.yml", events=events, tags=todo.batch_tags(number),
+                    extravars={**todo.extravars, "hvd_targets": ",".join(nodes), "hvd_proof_targets": ",".join(proof),
+                               **extra})
                 unrepaired = runs.close_loop(root, cluster, tracker, events, desired, converged=nodes,
                                              records_current=records_current, among=proof)
             finally:
@@ -188,24 +277,30 @@ def cmd_rolling(args: argparse.Namespace) -> int:
                 roll.failed = {n: why for n in nodes}
                 break
             roll.done += nodes
-        untouched = [n for n in names if n not in roll.done and n not in roll.skipped and n not in roll.failed]
-        complete = len(roll.done) == len(names)
-        if complete:
+        untouched = [n for n in todo.nodes if n not in roll.done and n not in roll.skipped and n not in roll.failed]
+        complete = len(roll.done) == len(todo.nodes) and not todo.by_hand
+        if complete and order:
             nodestate.record_inputs(root, nodestate.inputs_digest(root))
-    _summary(console, roll, untouched)
+    _summary(console, roll, untouched, todo.by_hand)
     rc = EXIT_OK if complete else EXIT_FAILED
     if args.json:
         dump_json(sys.stdout, {"cluster": cluster.cluster, "inventory": str(root), "rc": rc, "ok": complete,
                                "throughput": throughput,
                                "rolling": {"order": order, "batches": roll.timeline, "done": roll.done,
+                                           "in_sync": roll.in_sync, "by_hand": todo.by_hand,
+                                           "slurm_drained": roll.drained,
                                            "skipped": roll.skipped, "failed": roll.failed, "untouched": untouched}})
     return rc
 
 
-def _summary(console, roll: _Roll, untouched: list[str]) -> None:
+def _summary(console, roll: _Roll, untouched: list[str], by_hand: dict[str, list[str]]) -> None:
     console.write()
     console.write("Rolling change:")
     console.write(f"  changed and proven: {', '.join(roll.done) or 'none'}")
+    if roll.in_sync:
+        console.write(f"  in their desired state (not changed): {', '.join(roll.in_sync)}")
+    for host, items in by_hand.items():
+        console.write(f"  not repaired: {host}: {', '.join(items)} (no role repairs it: the operator's)")
     for host, reasons in roll.skipped.items():
         console.write(f"  skipped: {host}: {'; '.join(reasons)}")
     for host, why in roll.failed.items():

@@ -16,14 +16,17 @@ from ..errors import HvdError
 from .common import EXIT_FAILED, EXIT_OK, check_limit, existing_inventory
 
 
-def _launch_gate(args: argparse.Namespace, cluster: spec.ClusterSpec, root: Path) -> dict | int:
-    """Refuse a launch across nodes that differ in what every rank must share (the env, the Horovod build, MPI,
-    NCCL) or that cannot be read: exit 1 naming the odd node and item. Else each node's state, as read: the launch
-    takes the GPU counts and the fabric interface from it (one read of the nodes, not two)."""
+def _launch_gate(root: Path, hosts: list[str]) -> dict | int:
+    """Refuse a launch across ``hosts`` (the job's nodes) when they differ in what every rank must share (the env,
+    the Horovod build, MPI, NCCL) or cannot be read: exit 1 naming the odd node and item. Else each node's state, as
+    read: the launch takes the GPU counts and the fabric interface from it (one read of the nodes, not two).
+
+    Beside `up --rolling` the gate reads without the run lock: the nodes a roll is changing carry its mark, which
+    the job lease refuses, and a job on nodes already changed (or not yet) may start while the roll goes on."""
     from .. import drift, nodestate
 
-    with lock.hold(root, "run"):
-        reading = nodestate.read(root, hosts=[h.name for h in cluster.hosts])
+    with lock.hold(root, "run", beside=(lock.ROLL,)):
+        reading = nodestate.read(root, limit=",".join(hosts), hosts=hosts)
     problems = [f"{node}: {why}" for node, why in reading.unreachable.items()] + drift.gate(reading.found)
     if not problems:
         return reading.found
@@ -75,7 +78,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_OK
     # The look-ups on the nodes, once everything else is known to be right: the gate's read of every node, or
     # (--no-gate) one SSH read of the facts the roles recorded.
-    found = {} if args.no_gate else _launch_gate(args, cluster, root)
+    found = {} if args.no_gate else _launch_gate(root, list(inv.hosts))
     if isinstance(found, int):
         return found
     first = next(iter(inv.hosts))
