@@ -20,6 +20,8 @@ from ansible_collections.hvd.cluster.plugins.module_utils.hvd_defaults import RU
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import (
     MANIFEST, add_stamped, manifest_entry_differs, read_manifest, read_text, resolve, sha256_of, under, walk_tree)
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_driver import find_nvml, installed_versions, loaded_version
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import PIECES
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import state as fabric_state
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_kernel import guard_item, module_guard, uu_blacklist, uu_blacklisted
 
 ABSENT = "absent"
@@ -153,7 +155,17 @@ def driver_state(root: str) -> dict:
     out = {"driver.installed": ",".join(found) or ABSENT, "driver.loaded": loaded or ABSENT, "gpu.count": count}
     if fact.get("mode") in ("kernel", "image"):
         out["driver.next_boot"] = guard_item(module_guard(root))
+        fabric = fact.get("fabric") if isinstance(fact.get("fabric"), dict) else {}
+        wanted = {piece: bool((fabric.get(piece) or {}).get("wanted")) for piece in PIECES}
+        modules = None if fact.get("mode") == "image" else loaded_module_names(root)
+        out.update(fabric_state(root, wanted, found[0] if len(found) == 1 else "", dpkg_status(root), modules))
     return out
+
+
+def loaded_module_names(root: str) -> list[str]:
+    """The names of the loaded kernel modules (/proc/modules); [] where it cannot be read."""
+    text = read_text(under(root, "/proc/modules")) or ""
+    return [line.split()[0] for line in text.splitlines() if line.split()]
 
 
 def nccl_header_version(path: str) -> str:

@@ -67,7 +67,6 @@ reading:
 """
 
 import getpass
-import glob
 import os
 import re
 import shutil
@@ -75,6 +74,7 @@ import subprocess
 import time
 from typing import Any, Optional
 
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import nvidia_pci
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_health import parse_ib_sysfs
 
 # The kernel log lines that can name a GPU or an NVSwitch (Xid, SXid and the driver's own lines): the rest of a
@@ -127,18 +127,6 @@ def kernel_log(search: str, timeout: float) -> dict[str, Any]:
                     "kernel_log_lines": len(text.splitlines()), "kernel_log_error": ""}
         errors.append(error or f"{' '.join(argv)}: printed nothing (not allowed to read the kernel's lines?)")
     return {"kernel_log": None, "kernel_log_source": "", "kernel_log_lines": 0, "kernel_log_error": "; ".join(errors)}
-
-
-def nvidia_pci(root: str) -> list[dict[str, str]]:
-    """The NVIDIA PCI functions: address, class (0x030200 a GPU, 0x068000 an NVSwitch) and device id."""
-    found = []
-    for folder in sorted(glob.glob(os.path.join(glob.escape(_under(root, "/sys/bus/pci/devices")), "*"))):
-        if (_read(os.path.join(folder, "vendor")) or "").strip().lower() != "0x10de":
-            continue
-        found.append({"address": os.path.basename(folder),
-                      "class": (_read(os.path.join(folder, "class")) or "").strip().lower(),
-                      "device": (_read(os.path.join(folder, "device")) or "").strip().lower()})
-    return found
 
 
 def loaded_modules(root: str) -> tuple[Optional[list[str]], str]:

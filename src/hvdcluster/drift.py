@@ -276,9 +276,11 @@ NOT_REPAIRED = "still differs after the converge"
 UNREPAIRABLE = "no role repairs it"
 
 # Items whose value alone says the node is not as installed, whatever its record or its peers say. driver.next_boot:
-# the kernel the node boots next has no NVIDIA module (plugins/module_utils/hvd_kernel.py); absent on CPU nodes and in
-# containers.
-SELF_EVIDENT = {"env.files": ("ok", ABSENT), "driver.next_boot": ("ok", ABSENT)}
+# the kernel the node boots next has no NVIDIA module (plugins/module_utils/hvd_kernel.py); driver.persistence,
+# driver.peermem, driver.fabricmanager: a fabric piece the node's hardware needs is missing or off
+# (plugins/module_utils/hvd_fabric.py). All absent on CPU nodes and in containers.
+SELF_EVIDENT = {"env.files": ("ok", ABSENT), "driver.next_boot": ("ok", ABSENT), "driver.persistence": ("ok", ABSENT),
+                "driver.peermem": ("ok", ABSENT), "driver.fabricmanager": ("ok", ABSENT)}
 
 
 def confirm(

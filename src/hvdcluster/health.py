@@ -19,15 +19,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ansible_collections.hvd.cluster.plugins.module_utils import hvd_health
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_fabric, hvd_health
 
 from . import nodestate
 from .drift import fold
 
 HEALTH_TASK = "Read the node's health"
 FAIL, WARN = "fail", "warn"
-NVSWITCH_CLASS = "0x068000"  # PCI bridge, other: how an NVSwitch shows on the bus (vendor 0x10de)
-GPU_CLASSES = ("0x0300", "0x0302")  # VGA and 3D controllers; an NVIDIA audio function (0x0403) is no GPU
 RECORDED = "the gpu.count the last converge recorded"
 ON_PCI = "the NVIDIA GPUs on the PCI bus"
 
@@ -55,12 +53,12 @@ def expected_gpus(record: Mapping[str, Any] | None) -> int | None:
 
 def pci_gpus(reading: Mapping[str, Any]) -> list[str]:
     """The addresses of the NVIDIA GPUs on the node's PCI bus."""
-    return [dev["address"] for dev in reading.get("pci") or [] if str(dev.get("class", "")).startswith(GPU_CLASSES)]
+    return hvd_fabric.gpus(reading.get("pci") or [])
 
 
 def nvswitches(reading: Mapping[str, Any]) -> list[str]:
     """The addresses of the node's NVSwitches (NVIDIA PCI bridges of class 0x068000)."""
-    return [dev["address"] for dev in reading.get("pci") or [] if dev.get("class") == NVSWITCH_CLASS]
+    return hvd_fabric.nvswitches(reading.get("pci") or [])
 
 
 def _finding(item: str, severity: str, found: str, expected: str, fix: str, source: str) -> dict[str, str]:
