@@ -467,14 +467,16 @@ def start_job(hvd, lab: Lab, node: int) -> subprocess.Popen:
 
 
 def test_a_rolling_up_changes_one_node_at_a_time_and_waits_for_the_job_on_node3(hvd, lab3: Lab, tmp_path) -> None:
-    """Every node drifted (its MPI package unheld), a job runs on node3 (hvdcluster run, its lease on node3):
-    `up --rolling --batch 1` repairs node1, proves it, then node2, proves both, waits for node3's job with node3
-    drained (the roll's mark stays there), and repairs node3 once the job has ended by itself. While the roll waits,
-    a job on node1 (already changed) starts: the roll holds the inventory but `run` may launch beside it. At no moment
-    are two nodes mid-change, and every lease and mark is gone at the end. On the cluster in sync, `up --rolling`
-    then has nothing to roll."""
-    for i in (1, 2, 3):
-        assert lab3.exec(i, "apt-mark", "unhold", "openmpi-bin").returncode == 0
+    """An env change (hosts.yaml adds a package, `six`) while a job runs on node3 (hvdcluster run, its lease on
+    node3): `up --rolling --batch 1` changes node1, proves it, then node2, proves both, waits for node3's job with
+    node3 drained (the roll's mark stays there), and changes node3 once the job has ended by itself. While the roll
+    waits, a job on node1 (already changed) starts: the roll holds the inventory but `run` may launch beside it. At no
+    moment are two nodes mid-change, every node ends with the new env, and every lease and mark is gone. On the
+    cluster in sync, `up --rolling` then has nothing to roll. (The env and its Horovod build come from the controller
+    cache after the first run on a machine.)"""
+    python = lab3.stack.get("python", {})
+    lab3.stack = {**lab3.stack, "python": {**python, "packages": [*python.get("packages", []), "six==1.16.0"]}}
+    lab3.write_hosts_yaml()
     job = start_job(hvd, lab3, 3)
     out = tmp_path / "roll.json"
     with out.open("w") as stdout:
@@ -517,7 +519,7 @@ def test_a_rolling_up_changes_one_node_at_a_time_and_waits_for_the_job_on_node3(
     assert [run_dir(lab3, i) for i in (1, 2, 3)] == [[], [], []]
     rc, check = check_json(hvd)
     assert rc == 0, check
-    assert all(lab3.exec(i, "sh", "-c", "apt-mark showhold | grep -qx openmpi-bin").returncode == 0 for i in (1, 2, 3))
+    assert all(lab3.exec(i, "/opt/hvd/env/bin/python", "-c", "import six").returncode == 0 for i in (1, 2, 3))
     rc, doc, err = hvd.up_json("--rolling", "--batch", "1")
     assert rc == 0 and doc["rolling"]["batches"] == [] and doc["rolling"]["in_sync"] == lab3.node_names, err[-3000:]
     assert "nothing to roll: every node is in its desired state" in err
@@ -656,12 +658,15 @@ def slurm(lab3: Lab):
 
 
 def test_under_slurm_a_roll_drains_waits_for_the_slurm_job_and_resumes_only_what_it_drained(hvd, slurm: Lab) -> None:
-    """Real Slurm on the 3 nodes: an operator drained node1 ("bad fan"), a Slurm batch job runs on node3. `up
-    --rolling --full --batch 2` drains node2 (node1 already is) and changes node1 and node2; drains node3 so no new
-    job starts there, waits while the Slurm job runs, changes node3 only once the job ended by itself, and resumes
-    node2 and node3, the nodes it drained. node1 stays drained with the operator's reason."""
+    """Real Slurm on the 3 nodes, every node drifted (its MPI package unheld): an operator drained node1 ("bad fan"),
+    a Slurm batch job runs on node3. `up --rolling --batch 2` drains node2 (node1 already is) and repairs node1 and
+    node2; drains node3 so no new job starts there, waits while the Slurm job runs, repairs node3 only once the job
+    ended by itself, and resumes node2 and node3, the nodes it drained. node1 stays drained with the operator's
+    reason."""
     lab3 = slurm
     flag = "/tmp/hvd-slurm-end"
+    for i in (1, 2, 3):
+        assert lab3.exec(i, "apt-mark", "unhold", "openmpi-bin").returncode == 0
     assert lab3.exec(1, "scontrol", "update", "nodename=node1", "state=DRAIN", "reason=bad fan").returncode == 0
     job = lab3.exec(1, "sh", "-c", f"cd /tmp && sbatch -w node3 --wrap 'while [ ! -e {flag} ]; do sleep 0.5; done' "
                                    "--parsable")
@@ -671,7 +676,7 @@ def test_under_slurm_a_roll_drains_waits_for_the_slurm_job_and_resumes_only_what
     while "ALLOCATED" not in slurm_node(lab3, "node3").get("State", ""):
         assert time.monotonic() < deadline, slurm_node(lab3, "node3")
         time.sleep(0.5)
-    roll = subprocess.Popen([str(hvd.bin / "hvdcluster"), "up", "hosts.yaml", "--rolling", "--full", "--batch", "2",
+    roll = subprocess.Popen([str(hvd.bin / "hvdcluster"), "up", "hosts.yaml", "--rolling", "--batch", "2",
                              "--poll", "1", "--max-wait", "600", "--json"], cwd=hvd.cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     err, told, node3_while_waiting = [], None, {}
@@ -702,4 +707,5 @@ def test_under_slurm_a_roll_drains_waits_for_the_slurm_job_and_resumes_only_what
         state = slurm_node(lab3, node)
         assert "DRAIN" not in state["State"] and "Reason" not in state, state
     assert "DRAIN" in slurm_node(lab3, "node1")["State"] and slurm_node(lab3, "node1")["Reason"] == "bad fan"
+    assert all(lab3.exec(i, "sh", "-c", "apt-mark showhold | grep -qx openmpi-bin").returncode == 0 for i in (1, 2, 3))
     assert lab3.exec(1, "squeue", "-h").stdout.strip() == ""
