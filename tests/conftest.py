@@ -43,7 +43,7 @@ def node_image() -> str:
 # module-scoped cluster lives in one worker; each molecule scenario is a unit of its own. Units start longest first
 # (minutes on this 2-core machine with both workers busy, from the last full run's junit; used for ordering only:
 # a wrong figure costs wall time, never a result). Unit and static test modules fill the gaps.
-MINUTES = {"test_up": 28, "test_train": 17, "molecule-driver": 14, "test_fanout": 13, "test_conda": 12, "test_bundle": 11,
+MINUTES = {"test_up": 30, "test_train": 17, "molecule-driver": 14, "test_fanout": 13, "test_conda": 12, "test_bundle": 11,
            "molecule-gpu": 9, "test_openmpi_source": 8, "molecule-horovod": 7, "molecule-conda": 3,
            "test_no_wheelhouse": 3, "molecule-default": 3, "test_static": 2, "test_preflight": 1, "test_bastion": 1}
 
