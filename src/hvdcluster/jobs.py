@@ -87,9 +87,7 @@ if command -v scontrol >/dev/null 2>&1; then
   n=$(hostname -s)
   if line=$(scontrol -o show node "$n" 2>&1); then
     s=; [ "$(id -u)" = 0 ] || s="sudo -n"
-    st=$(printf '%s
-' "$line" | tr ' ' '
-' | sed -n 's/^State=//p')
+    st=$(printf '%s\n' "$line" | tr ' ' '\n' | sed -n 's/^State=//p')
     case "$slurm" in
       drain) case "$st" in *DRAIN*|*DOWN*|*FAIL*) ;; *)
         $s scontrol update nodename="$n" state=DRAIN reason="$reason" >/dev/null 2>&1 ||
@@ -100,14 +98,12 @@ if command -v scontrol >/dev/null 2>&1; then
           { echo "hvd-slurm-error cannot resume $n in Slurm (scontrol update as root: sudo -n)"; exit 5; }
         line=$(scontrol -o show node "$n" 2>&1) ;; esac ;; esac ;;
     esac
-    printf 'hvd-slurm %s
-' "$line"
+    printf 'hvd-slurm %s\n' "$line"
     jobs=$(squeue -h -w "$n" -t RUNNING,COMPLETING,SUSPENDED -o '%A %u %j' 2>&1) ||
       { printf 'hvd-slurm-error squeue -w %s: %s\n' "$n" "$jobs" | head -n 1; exit 5; }
     printf '%s\n' "$jobs" | sed '/^$/d; s/^/hvd-slurm-job /'
   else
-    case "$line" in *"not found"*) ;; *) printf 'hvd-slurm-error %s
-' "$line" | head -n 1; exit 5 ;; esac
+    case "$line" in *"not found"*) ;; *) printf 'hvd-slurm-error %s\n' "$line" | head -n 1; exit 5 ;; esac
   fi
 fi
 """
