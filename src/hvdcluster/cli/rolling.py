@@ -195,21 +195,15 @@ class _Roll:
 
 
 def _read_scope(root, names: list[str], console) -> Scope:
-    """On a cluster converged before from the same inputs, one read of every node decides what the roll changes (as
-    the fast path of `up` does); otherwise (and with ``--full``) every node is changed."""
-    from .. import drift, nodestate
+    """On a cluster converged before from the same inputs, one read of every node decides what the roll changes, as
+    the fast path of `up` does (runs.drift_from_records); every node when the records cannot decide."""
+    from .. import drift
     from . import repair
 
-    if nodestate.recorded_inputs(root) != nodestate.inputs_digest(root):
-        console.write("inputs changed since the last full converge (or never converged): every node is changed")
-        return scope(names, None)
-    want = nodestate.desired(root, names)
-    if any(state is None for state in want.values()):
-        return scope(names, None)
-    reading = nodestate.read(root, hosts=names)
-    if reading.unreachable:
-        return scope(names, None)  # the roll names the node it cannot reach
-    report = drift.compare(want, reading.found, [])
+    looked = runs.drift_from_records(root, names)
+    if looked is None:
+        return scope(names, None)  # a node without a record, or unreachable: the roll names the node it cannot reach
+    report = looked[2]
     console.write(f"  {drift.render(report)}" if not report.drifted else drift.render(report))
     return scope(names, repair.plan(report, names))
 
@@ -230,7 +224,9 @@ def cmd_rolling(args: argparse.Namespace) -> int:
         roll = _Roll(args, inventory.read(root), console)
         desired = nodestate.desired(root, names)
         records_current = nodestate.recorded_inputs(root) == nodestate.inputs_digest(root)
-        todo = scope(names, None) if args.full else _read_scope(root, names, console)
+        if not (records_current or args.full):
+            console.write("inputs changed since the last full converge (or never converged): every node is changed")
+        todo = _read_scope(root, names, console) if records_current and not args.full else scope(names, None)
         canary = args.canary if args.canary in todo.nodes else None
         if args.canary and canary is None:
             console.write(f"  the canary {args.canary} is in its desired state: it is not changed")

@@ -33,14 +33,11 @@ def _fast_path(args: argparse.Namespace) -> int | None:
         if nodestate.inputs_digest(root) != nodestate.recorded_inputs(root):
             console.write("inputs changed since the last full converge: converging every node")
             return None
-        want = nodestate.desired(root, names)
-        if any(state is None for state in want.values()):
+        looked = runs.drift_from_records(root, names, console,
+                                         step=f"read every node's state ({len(names)} nodes, read-only)")
+        if looked is None:
             return None
-        console.step(1, 2, f"read every node's state ({len(names)} nodes, read-only)")
-        reading = nodestate.read(root, hosts=names)
-        if reading.unreachable:
-            return None
-        report = drift.compare(want, reading.found, [])
+        want, reading, report = looked
         todo = repair.plan(report, names)
         fast = todo.summary(reading.seconds)
         if not report.drifted:
