@@ -5,17 +5,17 @@ No GPU, InfiniBand adapter or NVSwitch exists here: the tests write the sysfs tr
 class and device files of /sys/bus/pci/devices/*, the adapters under /sys/class/infiniband) and the files the role
 leaves (systemd's wants links, the modules-load.d entry, dpkg's status), and the readers run on those real folders.
 The PCI class and device ids are those of an H100 SXM (0x2330, class 0x030200) and of its NVSwitch (0x22a3,
-class 0x068000), as `lspci -nn` shows them; the module is run for real as a subprocess.
+class 0x068000), as `lspci -nn` shows them; the module is run the way Ansible runs it.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.unit.test_modules import run_module
 
 from ansible_collections.hvd.cluster.plugins.module_utils import hvd_fabric as hf
 from ansible_collections.hvd.cluster.plugins.module_utils import hvd_state
@@ -131,10 +131,7 @@ def test_the_node_state_reads_the_pieces_the_role_recorded_for_the_node(tmp_path
 def test_the_module_plans_and_reads_on_a_machine_tree(tmp_path) -> None:
     root = machine(tmp_path, [H100, H100, NVSWITCH], ("mlx5_0",))
     write(root, "/var/lib/dpkg/status", "")
-    args = {"ANSIBLE_MODULE_ARGS": {"mode": "kernel", "root": str(root), "peermem": "false"}}
-    module = Path(hf.__file__).parents[1] / "modules" / "hvd_fabric.py"
-    proc = subprocess.run([sys.executable, str(module)], input=json.dumps(args), capture_output=True, text=True)
-    out = json.loads(proc.stdout)
+    out = run_module("hvd_fabric", {"mode": "kernel", "root": str(root), "peermem": "false"}, check=True)
     assert out["changed"] is False and out["gpus"] == ["0000:18:00.0", "0000:19:00.0"], out
     assert out["nvswitches"] == ["0000:1a:00.0"] and out["rdma"] == ["mlx5_0"]
     assert {p: v["wanted"] for p, v in out["plan"].items()} == {"persistence": True, "peermem": False,

@@ -61,11 +61,12 @@ def test_ranks_run_on_the_first_nodes_whose_slots_hold_them() -> None:
     assert launch.ranked_hosts(slots, 6) == ("a", "b", "c")
 
 
-def _node(folder: Path, monkeypatch, **kwargs) -> jobs.Look:
-    """The node-side script, run by a real sh against ``folder`` in place of /run/hvdcluster."""
+def _node(folder: Path, monkeypatch, path: str = "/usr/bin:/bin", **kwargs) -> jobs.Look:
+    """The node-side script, run by a real sh against ``folder`` in place of /run/hvdcluster (``path``: its PATH;
+    by default no nvidia-smi, no scontrol)."""
     monkeypatch.setattr(jobs, "DIR", str(folder))
     proc = subprocess.run(["sh", "-c", jobs.script(**kwargs)], capture_output=True, text=True, check=False,
-                          env={**os.environ, "PATH": "/usr/bin:/bin"})  # no nvidia-smi here
+                          env={**os.environ, "PATH": path})
     return jobs.parse("n1", proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -196,10 +197,7 @@ def _slurm_node(tmp_path: Path, monkeypatch, state: str, drained: str, **kwargs)
         (bin_dir / name).chmod(0o755)
     run_dir = tmp_path / "run"
     run_dir.mkdir(exist_ok=True)
-    monkeypatch.setattr(jobs, "DIR", str(run_dir))
-    proc = subprocess.run(["sh", "-c", jobs.script(**kwargs)], capture_output=True, text=True,
-                          env={**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"})
-    look = jobs.parse("node3", proc.returncode, proc.stdout, proc.stderr)
+    look = _node(run_dir, monkeypatch, path=f"{bin_dir}:/usr/bin:/bin", **kwargs)
     return look, (log.read_text().splitlines() if log.exists() else [])
 
 
