@@ -2,7 +2,7 @@
 Fabric Manager, each with the reason it is not needed where it is not. Plain file reads, nothing written.
 
 - :func:`nvidia_pci`: the NVIDIA PCI functions (sysfs); :func:`gpus` and :func:`nvswitches` among them.
-- :func:`rdma_devices`: the InfiniBand/RoCE adapters (``/sys/class/infiniband``).
+- :func:`rdma_devices`: the InfiniBand/RoCE adapters (``/sys/class/infiniband``); :func:`loaded_modules`.
 - :func:`plan`: what the node gets, from those and the driver's mode (hvd_nvidia_driver: ``kernel`` on a machine,
   ``image`` for a golden image built without a device, ``user-space`` in a container, ``skipped`` without a GPU).
 - :func:`state`: what the node has of each piece it gets (a unit enabled at boot, a module loaded at boot, the
@@ -43,6 +43,14 @@ def nvidia_pci(root: str = "/") -> list[dict[str, str]]:
                       "class": (read_text(os.path.join(folder, "class")) or "").strip().lower(),
                       "device": (read_text(os.path.join(folder, "device")) or "").strip().lower()})
     return found
+
+
+def loaded_modules(root: str = "/") -> list[str] | None:
+    """The names of the loaded kernel modules (/proc/modules), None when it cannot be read."""
+    text = read_text(under(root, "/proc/modules"))
+    if text is None:
+        return None
+    return [line.split()[0] for line in text.splitlines() if line.split()]
 
 
 def gpus(pci: list[dict[str, str]]) -> list[str]:

@@ -20,7 +20,7 @@ from ansible_collections.hvd.cluster.plugins.module_utils.hvd_defaults import RU
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import (
     MANIFEST, add_stamped, manifest_entry_differs, read_manifest, read_text, resolve, sha256_of, under, walk_tree)
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_driver import find_nvml, installed_versions, loaded_version
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import PIECES
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import PIECES, loaded_modules
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import state as fabric_state
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_kernel import guard_item, module_guard, uu_blacklist, uu_blacklisted
 
@@ -156,16 +156,17 @@ def driver_state(root: str) -> dict:
     if fact.get("mode") in ("kernel", "image"):
         out["driver.next_boot"] = guard_item(module_guard(root))
         fabric = fact.get("fabric") if isinstance(fact.get("fabric"), dict) else {}
-        wanted = {piece: bool((fabric.get(piece) or {}).get("wanted")) for piece in PIECES}
-        modules = None if fact.get("mode") == "image" else loaded_module_names(root)
-        out.update(fabric_state(root, wanted, found[0] if len(found) == 1 else "", dpkg_status(root), modules))
+        out.update(fabric_items(root, {piece: bool((fabric.get(piece) or {}).get("wanted")) for piece in PIECES},
+                                fact.get("mode"), found))
     return out
 
 
-def loaded_module_names(root: str) -> list[str]:
-    """The names of the loaded kernel modules (/proc/modules); [] where it cannot be read."""
-    text = read_text(under(root, "/proc/modules")) or ""
-    return [line.split()[0] for line in text.splitlines() if line.split()]
+def fabric_items(root: str, wanted: dict, mode: str, installed: list[str]) -> dict:
+    """``driver.persistence``, ``driver.peermem``, ``driver.fabricmanager`` of the pieces ``wanted``
+    (plugins/module_utils/hvd_fabric.py), held against the one installed driver (``installed``: NVML's versions), dpkg's
+    packages and the loaded modules (none in an image: nothing is loaded there)."""
+    modules = None if mode == "image" else (loaded_modules(root) or [])
+    return fabric_state(root, wanted, installed[0] if len(installed) == 1 else "", dpkg_status(root), modules)
 
 
 def nccl_header_version(path: str) -> str:

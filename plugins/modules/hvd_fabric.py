@@ -79,10 +79,10 @@ driver:
 """
 
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_driver import find_nvml, installed_versions
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import gpus, nvidia_pci, nvswitches, plan, \
-    rdma_devices, state
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import gpus, loaded_modules, nvidia_pci, \
+    nvswitches, plan, rdma_devices
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import under
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state import dpkg_status, loaded_module_names
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state import fabric_items
 
 
 def main() -> None:
@@ -99,13 +99,12 @@ def main() -> None:
     root = p["root"]
     pci, rdma = nvidia_pci(root), rdma_devices(root)
     pieces = plan(pci, rdma, p["mode"], p["persistence"], p["peermem"], p["fabricmanager"])
-    found = installed_versions(find_nvml(under(root, "/usr")))
-    driver = found[0] if len(found) == 1 else ""
-    modules = loaded_module_names(root)
+    installed = installed_versions(find_nvml(under(root, "/usr")))
     wanted = {piece: bool(v["wanted"]) for piece, v in pieces.items()}
     module.exit_json(changed=False, plan=pieces, gpus=gpus(pci), nvswitches=nvswitches(pci), rdma=rdma,
-                     modules=sorted(m for m in modules if m.startswith("nvidia")), driver=driver,
-                     state=state(root, wanted, driver, dpkg_status(root), None if p["mode"] == "image" else modules))
+                     modules=sorted(m for m in loaded_modules(root) or [] if m.startswith("nvidia")),
+                     driver=installed[0] if len(installed) == 1 else "",
+                     state=fabric_items(root, wanted, p["mode"], installed))
 
 
 if __name__ == "__main__":

@@ -74,25 +74,15 @@ import subprocess
 import time
 from typing import Any, Optional
 
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import loaded_modules as fabric_loaded_modules
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import nvidia_pci
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import under
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_health import parse_ib_sysfs
 
 # The kernel log lines that can name a GPU or an NVSwitch (Xid, SXid and the driver's own lines): the rest of a
 # long uptime's log is not sent back.
 _KERNEL_LINES = re.compile(r"NVRM|SXid|nvidia|nvswitch", re.I)
 KERNEL_LINES_KEPT = 5000
-
-
-def _under(root: str, path: str) -> str:
-    return path if root in ("", "/") else os.path.join(root, path.lstrip("/"))
-
-
-def _read(path: str) -> Optional[str]:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return None
 
 
 def run_tool(argv: list[str], search: str, timeout: float) -> tuple[Optional[str], str]:
@@ -131,10 +121,9 @@ def kernel_log(search: str, timeout: float) -> dict[str, Any]:
 
 def loaded_modules(root: str) -> tuple[Optional[list[str]], str]:
     """The loaded kernel modules named nvidia* (/proc/modules), or (None, why)."""
-    text = _read(_under(root, "/proc/modules"))
-    if text is None:
+    names = fabric_loaded_modules(root)
+    if names is None:
         return None, "/proc/modules: not readable"
-    names = [line.split()[0] for line in text.splitlines() if line.split()]
     return sorted(name for name in names if name.startswith("nvidia")), ""
 
 
@@ -157,7 +146,7 @@ def read_health(root: str, path: str, quick: bool, timeout: float) -> dict[str, 
     tool("nvidia_smi_q", ["nvidia-smi", "-q"])
     tool("nvlink", ["nvidia-smi", "nvlink", "-s"])
     reading.update(kernel_log(search, timeout))
-    ib_root = _under(root, "/sys/class/infiniband")
+    ib_root = under(root, "/sys/class/infiniband")
     reading["ib"] = parse_ib_sysfs(ib_root) if os.path.isdir(ib_root) else None
     reading["modules"], reading["modules_error"] = loaded_modules(root)
     reading["pci"] = nvidia_pci(root)
