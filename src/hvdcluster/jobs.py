@@ -26,6 +26,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import re
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -77,9 +78,29 @@ def new_id() -> str:
     return f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
 
 
+ROLL_REASON = "hvdcluster roll "
+_RUN_ID = re.compile(r"\d{8}T\d{6}-\d+")  # new_id's form: the only ids a Slurm reason may hand to the node script
+
+
 def slurm_reason(record: dict) -> str:
     """The reason a roll drains a Slurm node with: it names the roll, so only that roll resumes the node."""
-    return f"hvdcluster roll {record['run_id']}"
+    return f"{ROLL_REASON}{record['run_id']}"
+
+
+def orphaned_drain(node: Look, ours: str = "") -> str | None:
+    """The id of the roll whose Slurm drain the node still carries although that roll is gone (killed before it could
+    resume the node: its mark on the node is missing or stale), else None. Only a plain drain counts: a node that is
+    also down or failed, or drained for any other reason, or by a roll that may still run, is not a roll's leftover."""
+    state, reason = (node.slurm or {}).get("State", ""), (node.slurm or {}).get("Reason", "")
+    if "DRAIN" not in state or "DOWN" in state or "FAIL" in state or reason == ours:
+        return None
+    run_id = reason.removeprefix(ROLL_REASON) if reason.startswith(ROLL_REASON) else ""
+    if not _RUN_ID.fullmatch(run_id):
+        return None
+    mark = f"{ROLL}-{run_id}.json"
+    if mark in node.holders and staleness(node.holders[mark]) is None:
+        return None  # that roll's mark still counts: it may be running (from another controller)
+    return run_id
 
 
 SLURM_SCRIPT = r"""
@@ -93,10 +114,13 @@ if command -v scontrol >/dev/null 2>&1; then
         $s scontrol update nodename="$n" state=DRAIN reason="$reason" >/dev/null 2>&1 ||
           { echo "hvd-slurm-error cannot drain $n in Slurm (scontrol update as root: sudo -n)"; exit 5; }
         line=$(scontrol -o show node "$n" 2>&1) ;; esac ;;
-      resume) case "$line" in *" Reason=$reason "*|*" Reason=$reason") case "$st" in *DRAIN*)
+      resume) mine=; case "$line" in *" Reason=$reason "*|*" Reason=$reason") mine=1 ;; esac
+        for id in $adopt; do case "$line" in *" Reason=hvdcluster roll $id "*|*" Reason=hvdcluster roll $id") mine=1 ;;
+        esac; done
+        case "$mine$st" in 1*DRAIN*)
         $s scontrol update nodename="$n" state=RESUME >/dev/null 2>&1 ||
           { echo "hvd-slurm-error cannot resume $n in Slurm (scontrol update as root: sudo -n)"; exit 5; }
-        line=$(scontrol -o show node "$n" 2>&1) ;; esac ;; esac ;;
+        line=$(scontrol -o show node "$n" 2>&1) ;; esac ;;
     esac
     printf 'hvd-slurm %s\n' "$line"
     jobs=$(squeue -h -w "$n" -t RUNNING,COMPLETING,SUSPENDED -o '%A %u %j' 2>&1) ||
@@ -110,10 +134,13 @@ fi
 
 
 def script(put: dict | None = None, drop: list[str] | tuple[str, ...] = (), slurm: str | None = None,
-           reason: str = "") -> str:
+           reason: str = "", adopt: list[str] | tuple[str, ...] = ()) -> str:
     """Shell for the node (as the login user): remove our files ``drop``, write ``put`` (never over an existing
     file), then (``slurm``: "drain" or "resume", with ``reason``, on a node Slurm knows) drain or resume it, and list
-    every lease and mark, the GPU compute processes and the Slurm jobs running there."""
+    every lease and mark, the GPU compute processes and the Slurm jobs running there. A resume also takes back the
+    drains of the gone rolls ``adopt`` (their ids, as :func:`orphaned_drain` found them)."""
+    if any(not _RUN_ID.fullmatch(run_id) for run_id in adopt):
+        raise ValueError(f"not a roll id: {adopt}")
     lines = [f"d={DIR}", '[ -d "$d" ] || { echo "hvd-missing $d"; exit 3; }']
     lines += [f'rm -f -- "$d"/{shlex.quote(name)}' for name in drop]
     if put is not None:
@@ -124,7 +151,8 @@ def script(put: dict | None = None, drop: list[str] | tuple[str, ...] = (), slur
                  'head -c 65536 "$f" | tr -d "\\n"; echo; done')
     lines.append("if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi --query-compute-apps=pid,process_name "
                  '--format=csv,noheader 2>/dev/null | sed "s/^/hvd-gpu-app /"; fi')
-    lines += [f"slurm={shlex.quote(slurm or '')}", f"reason={shlex.quote(reason)}", SLURM_SCRIPT.strip()]
+    lines += [f"slurm={shlex.quote(slurm or '')}", f"reason={shlex.quote(reason)}",
+              f"adopt={shlex.quote(' '.join(adopt))}", SLURM_SCRIPT.strip()]
     lines.append("exit 0")
     return "\n".join(lines)
 
@@ -168,11 +196,12 @@ def slurm_fields(line: str) -> dict[str, str]:
 
 
 def look(inv: Inventory, hosts: list[str], *, put: dict | None = None, drop: list[str] | tuple[str, ...] = (),
-         slurm: str | None = None, reason: str = "", timeout: float = 30) -> dict[str, Look]:
+         slurm: str | None = None, reason: str = "", adopt: list[str] | tuple[str, ...] = (),
+         timeout: float = 30) -> dict[str, Look]:
     """Run :func:`script` on every one of ``hosts`` over SSH, in parallel."""
     from .launch import on_each
 
-    answers = on_each(inv, hosts, "sh -c " + shlex.quote(script(put, drop, slurm, reason)), timeout)
+    answers = on_each(inv, hosts, "sh -c " + shlex.quote(script(put, drop, slurm, reason, adopt)), timeout)
     return {host: Look(host, error=proc) if isinstance(proc, str) else
             parse(host, proc.returncode, proc.stdout, proc.stderr) for host, proc in answers.items()}
 

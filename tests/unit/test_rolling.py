@@ -217,3 +217,30 @@ def test_a_roll_drains_a_slurm_node_only_when_nobody_did_and_resumes_only_its_ow
     assert not [c for c in calls if "update" in c]  # another roll's reason that starts like ours
     assert jobs.slurm_fields(LINE.format(state="IDLE+DRAIN", reason=" Reason=a b c [slurm@2026-01-01T00:00:00]")) \
         ["Reason"] == "a b c"
+
+
+def test_a_drain_left_by_a_killed_roll_is_taken_back_and_no_other_drain_is(tmp_path, monkeypatch) -> None:
+    """A roll killed outright leaves its nodes drained with its reason; the next roll resumes those (jobs.orphaned_drain
+    finds them, the node script's resume takes that roll's id as `adopt`) and no drain of anyone else."""
+    gone, ours = "20261126T001901-42", "hvdcluster roll 20261126T020000-7"
+
+    def node(state: str, reason: str, holders: dict | None = None) -> jobs.Look:
+        return jobs.Look("n1", holders=holders or {}, slurm={"State": state, "Reason": reason})
+
+    assert jobs.orphaned_drain(node("IDLE+DRAIN", jobs.ROLL_REASON + gone), ours) == gone  # no mark left
+    live = jobs.mine(jobs.ROLL, gone)  # a roll of this very process: it runs
+    assert jobs.orphaned_drain(node("IDLE+DRAIN", jobs.ROLL_REASON + gone, {f"roll-{gone}.json": live}), ours) is None
+    dead = {**live, "pid": 2 ** 22 + 12345, "start": "1"}
+    assert jobs.staleness(dead) is not None
+    assert jobs.orphaned_drain(node("MIXED+DRAIN", jobs.ROLL_REASON + gone, {f"roll-{gone}.json": dead}), ours) == gone
+    for state, reason in (("IDLE+DRAIN", ours), ("IDLE+DRAIN", "bad fan"), ("DOWN+DRAIN", jobs.ROLL_REASON + gone),
+                          ("IDLE", ""), ("IDLE+DRAIN", jobs.ROLL_REASON + "*"), ("IDLE+DRAIN", jobs.ROLL_REASON)):
+        assert jobs.orphaned_drain(node(state, reason), ours) is None, (state, reason)
+    look, calls = _slurm_node(tmp_path / "a", monkeypatch, "IDLE+DRAIN", jobs.ROLL_REASON + gone, slurm="resume",
+                              reason=ours, adopt=[gone])
+    assert [c.split()[-1] for c in calls if "update" in c] == ["state=RESUME"], calls
+    look, calls = _slurm_node(tmp_path / "b", monkeypatch, "IDLE+DRAIN", jobs.ROLL_REASON + gone + "1",
+                              slurm="resume", reason=ours, adopt=[gone])
+    assert not [c for c in calls if "update" in c], calls  # another roll's drain whose id starts like the gone one's
+    with pytest.raises(ValueError):
+        jobs.script(slurm="resume", reason=ours, adopt=["*"])  # a reason's text never becomes a shell pattern

@@ -124,6 +124,30 @@ class _Roll:
         self.reason = jobs.slurm_reason(self.record)  # what a node this roll drains in Slurm says
         self.drained: list[str] = []  # the nodes this roll drained in Slurm (and resumes)
         self.told_slurm: set[str] = set()
+        self.orphans: dict[str, str] = {}  # node -> the gone roll whose Slurm drain this roll took back at its start
+
+    def sweep(self, hosts: list[str]) -> None:
+        """Resume the nodes a killed roll left drained in Slurm (its mark on the node missing or stale): that roll can
+        no longer resume them, and left so, Slurm would never start a job there again. Nodes this roll changes are
+        drained again when their batch comes, like any other. A node that cannot be read is left to the batches."""
+        from .. import jobs
+
+        looks = jobs.look(self.inv, hosts)
+        found = {h: jobs.orphaned_drain(n, self.reason) for h, n in looks.items() if not n.error}
+        found = {h: run_id for h, run_id in found.items() if run_id}
+        if not found:
+            return
+        marks = sorted({f"{jobs.ROLL}-{run_id}.json" for run_id in found.values()})
+        after = jobs.look(self.inv, sorted(found), drop=marks, slurm="resume", reason=self.reason,
+                          adopt=sorted(set(found.values())))
+        for host, node in sorted(after.items()):
+            if node.error or node.drained_by:
+                self.console.write(f"  {host}: still drained in Slurm by {jobs.ROLL_REASON}{found[host]}, which is "
+                                   f"gone: {node.error or 'Slurm did not resume it'}")
+            else:
+                self.orphans[host] = found[host]
+                self.console.write(f"  {host}: resumed in Slurm: {jobs.ROLL_REASON}{found[host]} drained it and is "
+                                   "gone (killed before it could resume it)")
 
     def take(self, batch: list[str]) -> list[str]:
         """Mark the batch's nodes and wait until none runs a job (up to --max-wait): the nodes to change now, still
@@ -222,6 +246,7 @@ def cmd_rolling(args: argparse.Namespace) -> int:
     with lock.hold(inventory_root(output, cluster), lock.ROLL):
         root = render(cluster, output, plan)
         roll = _Roll(args, inventory.read(root), console)
+        roll.sweep(names)
         desired = nodestate.desired(root, names)
         records_current = nodestate.recorded_inputs(root) == nodestate.inputs_digest(root)
         if not (records_current or args.full):
@@ -284,7 +309,7 @@ def cmd_rolling(args: argparse.Namespace) -> int:
                                "throughput": throughput,
                                "rolling": {"order": order, "batches": roll.timeline, "done": roll.done,
                                            "in_sync": roll.in_sync, "by_hand": todo.by_hand,
-                                           "slurm_drained": roll.drained,
+                                           "slurm_drained": roll.drained, "slurm_orphans_resumed": roll.orphans,
                                            "skipped": roll.skipped, "failed": roll.failed, "untouched": untouched}})
     return rc
 
