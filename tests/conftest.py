@@ -39,6 +39,15 @@ def node_image() -> str:
     return "hvdcluster/node:debian12"
 
 
+@pytest.fixture(scope="session")
+def packaged_image(node_image: str) -> str:
+    """The node image with the roles' distro packages already installed (not held), as a site's golden image has
+    them (tests/lab.py PACKAGED_IMAGE), built once on top of the bare one and cached by label."""
+    from tests.lab import build_packaged_image  # noqa: PLC0415 - container suites only
+
+    return build_packaged_image()
+
+
 # Full-tier scheduling (tests/run.sh runs two pytest-xdist workers): a container suite is one scheduling unit, so its
 # module-scoped cluster lives in one worker; each molecule scenario is a unit of its own. Units start longest first
 # (minutes on this 2-core machine with both workers busy, from the last full run's junit; used for ordering only:

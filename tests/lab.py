@@ -11,6 +11,8 @@ container name (its fabric address) and from this machine over SSH on 127.0.0.1:
 from __future__ import annotations
 
 import argparse
+import fcntl
+import hashlib
 import json
 import os
 import subprocess
@@ -21,6 +23,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 IMAGE = os.environ.get("HVD_NODE_IMAGE", "hvdcluster/node:debian12")
+# The bare node plus the distro packages hvd_base and hvd_openmpi install, not held: a site's golden image. Suites
+# whose subject is not the first install (training, fan-out, conda, molecule horovod/gpu/conda) start from it; the
+# roles still hold, pin and read them back. The bare image stays for test_up, the bundle, the defaults and the demo.
+PACKAGED_IMAGE = IMAGE + "-packages"
 LABEL = "hvdcluster.lab"
 
 
@@ -33,6 +39,41 @@ def docker(*args: str, check: bool = True) -> str:
 
 def build_image() -> None:
     subprocess.run([str(HERE / "images" / "build.sh")], check=True)
+
+
+def role_packages() -> list[str]:
+    """The distro packages hvd_base and hvd_openmpi install by default, read from the roles' own defaults."""
+    import yaml  # noqa: PLC0415 - the venv's (tests/setup.sh); the demo's plain `python3 tests/lab.py` never needs it
+
+    roles = HERE.parent / "roles"
+    base = yaml.safe_load((roles / "hvd_base" / "defaults" / "main.yml").read_text())["hvd_base_packages"]
+    mpi = yaml.safe_load((roles / "hvd_openmpi" / "defaults" / "main.yml").read_text())["hvd_openmpi_packages"]
+    return [*base, *mpi]
+
+
+def build_packaged_image() -> str:
+    """PACKAGED_IMAGE on top of the bare one (built first), cached by a label: the bare image's id and the package
+    list. Parallel test workers take turns under a lock; the second finds it made."""
+    build_image()
+    packages = role_packages()
+    base = docker("image", "inspect", "-f", "{{.Id}}", IMAGE)
+    digest = hashlib.sha256(f"{base} {' '.join(packages)}".encode()).hexdigest()[:12]
+    lock = Path(os.environ.get("TMPDIR", "/var/tmp")) / f"hvdcluster-packaged-image.{os.getuid()}.lock"
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        label = docker("image", "inspect", "-f", '{{ index .Config.Labels "hvdcluster.hash" }}', PACKAGED_IMAGE,
+                       check=False)
+        if label != digest:
+            dockerfile = (f"FROM {IMAGE}\n"
+                          "RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+                          f"--no-install-recommends {' '.join(packages)} >/dev/null "
+                          "&& apt-get clean && rm -rf /var/lib/apt/lists/*\n")
+            proc = subprocess.run(["docker", "build", "-q", "--label", f"hvdcluster.hash={digest}", "-t",
+                                   PACKAGED_IMAGE, "-"], input=dockerfile, capture_output=True, text=True,
+                                  env={**os.environ, "DOCKER_BUILDKIT": "0"})
+            if proc.returncode != 0:
+                raise RuntimeError(f"building {PACKAGED_IMAGE}: {proc.stderr.strip()[-2000:]}")
+    return PACKAGED_IMAGE
 
 
 def host_ca_bundle() -> str | None:
@@ -61,6 +102,7 @@ class Lab:
     # (as a cloud image has one), and root's login key is moved to it.
     user: str = "root"
     wheelhouse: bool = True  # offer this machine's wheelhouse (PIP_FIND_LINKS) to the nodes
+    image: str = IMAGE  # the nodes' image: the bare node, or PACKAGED_IMAGE
 
     @property
     def docker_network(self) -> str:
@@ -97,7 +139,7 @@ class Lab:
         for i, node in enumerate(self.node_names, 1):
             docker("run", "-d", "--name", self.container(i), "--hostname", self.hostnames.get(i, node),
                    "--label", f"{LABEL}={self.name}", "--network", self.docker_network, "--shm-size", self.shm_sizes.get(i, self.shm_size),
-                   "-p", "127.0.0.1::22", "-e", f"SSH_AUTHORIZED_KEY={pub}", *self.docker_args.get(i, []), IMAGE)
+                   "-p", "127.0.0.1::22", "-e", f"SSH_AUTHORIZED_KEY={pub}", *self.docker_args.get(i, []), self.image)
         self.wait_for_ssh()
         if self.user != "root":
             for i in range(1, self.nodes + 1):
@@ -274,13 +316,15 @@ def _wait_for_sshd(container: str, timeout: float = 60) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", choices=["build", "up", "down"])
+    parser.add_argument("--packaged", action="store_true",
+                        help="build: also the image with the roles' distro packages (molecule horovod, gpu, conda)")
     parser.add_argument("--name", default="demo")
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--dir", default=".demo", help="where hosts.yaml and the controller key go")
     args = parser.parse_args(argv)
     lab = Lab(args.name, args.nodes, Path(args.dir).resolve())
     if args.action == "build":
-        build_image()
+        build_packaged_image() if args.packaged else build_image()
     elif args.action == "up":
         build_image()
         print(lab.up())

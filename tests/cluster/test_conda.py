@@ -40,11 +40,12 @@ STACK = {"python": {"manager": "conda", "environment_file": "environment.yml"}, 
 
 
 @pytest.fixture(scope="module")
-def lab(node_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
+def lab(packaged_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
     channel = build_channel()
     work = tmp_path_factory.mktemp("cda")
     (work / "environment.yml").write_text(ENVIRONMENT)
-    lab = Lab("cda", 2, work, slots=2, stack=STACK, user=SUDO_USER, network={"conda_channel": str(channel)})
+    lab = Lab("cda", 2, work, slots=2, stack=STACK, user=SUDO_USER, network={"conda_channel": str(channel)},
+              image=packaged_image)
     lab.up()
     yield lab
     lab.down()

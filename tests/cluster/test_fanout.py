@@ -46,8 +46,8 @@ exit $rc
 
 
 @pytest.fixture(scope="module")
-def lab4(node_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
-    lab = Lab("fo4", 4, tmp_path_factory.mktemp("fo4"), user=SUDO_USER)
+def lab4(packaged_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
+    lab = Lab("fo4", 4, tmp_path_factory.mktemp("fo4"), user=SUDO_USER, image=packaged_image)
     lab.up()
     lab.nodes = 3  # hosts.yaml names node1-3 first; node4 joins later
     lab.write_hosts_yaml()

@@ -25,7 +25,8 @@ PREPARE = {"conda": _conda_channel}
 
 @pytest.mark.containers
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_molecule_scenario_converges_idempotently_and_verifies(scenario: str, node_image: str) -> None:
+def test_molecule_scenario_converges_idempotently_and_verifies(scenario: str, packaged_image: str) -> None:
+    """Each scenario names its image: the bare node, or the one with the roles' distro packages (both built here)."""
     prepared = PREPARE[scenario]() if scenario in PREPARE else {}
     env = {**os.environ, **prepared, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "ANSIBLE_NOCOLOR": "1",
            "NO_COLOR": "1", "PY_COLORS": "0"}
