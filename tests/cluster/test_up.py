@@ -662,7 +662,7 @@ def test_under_slurm_a_roll_drains_waits_for_the_slurm_job_and_resumes_only_what
     a Slurm batch job runs on node3. `up --rolling --batch 2` drains node2 (node1 already is) and repairs node1 and
     node2; drains node3 so no new job starts there, waits while the Slurm job runs, repairs node3 only once the job
     ended by itself, and resumes node2 and node3, the nodes it drained. node1 stays drained with the operator's
-    reason."""
+    reason. Then a drain a killed roll left on node2 is taken back by the next roll, and node1's is not."""
     lab3 = slurm
     flag = "/tmp/hvd-slurm-end"
     for i in (1, 2, 3):
@@ -709,3 +709,12 @@ def test_under_slurm_a_roll_drains_waits_for_the_slurm_job_and_resumes_only_what
     assert "DRAIN" in slurm_node(lab3, "node1")["State"] and slurm_node(lab3, "node1")["Reason"] == "bad fan"
     assert all(lab3.exec(i, "sh", "-c", "apt-mark showhold | grep -qx openmpi-bin").returncode == 0 for i in (1, 2, 3))
     assert lab3.exec(1, "squeue", "-h").stdout.strip() == ""
+    # A roll killed outright leaves its drain behind: the next roll (here with nothing to change) takes it back.
+    gone = "hvdcluster roll 20260101T000000-4242"
+    assert lab3.exec(1, "scontrol", "update", "nodename=node2", "state=DRAIN", f"reason={gone}").returncode == 0
+    again = hvd("up", "hosts.yaml", "--rolling", "--json")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout)["rolling"]["slurm_orphans_resumed"] == {"node2": gone.split()[-1]}
+    assert f"node2: resumed in Slurm: {gone} drained it and is gone" in again.stderr, again.stderr[-3000:]
+    assert "DRAIN" not in slurm_node(lab3, "node2")["State"]
+    assert slurm_node(lab3, "node1")["Reason"] == "bad fan"  # the operator's drain stays
