@@ -52,9 +52,10 @@ def packaged_image(node_image: str) -> str:
 # module-scoped cluster lives in one worker; each molecule scenario is a unit of its own. Units start longest first
 # (minutes on this 2-core machine with both workers busy, from the last full run's junit; used for ordering only:
 # a wrong figure costs wall time, never a result). Unit and static test modules fill the gaps.
-MINUTES = {"test_up": 30, "test_train": 17, "molecule-driver": 14, "test_fanout": 13, "test_conda": 12, "test_bundle": 11,
-           "molecule-gpu": 9, "test_openmpi_source": 8, "molecule-horovod": 7, "molecule-conda": 3,
-           "test_no_wheelhouse": 3, "molecule-default": 3, "test_static": 2, "test_preflight": 1, "test_bastion": 1}
+MINUTES = {"test_up": 35, "test_train": 17, "molecule-driver": 17, "test_conda": 11, "test_bundle": 11,
+           "test_fanout": 9, "molecule-gpu": 7, "test_openmpi_source": 6, "molecule-horovod": 5,
+           "test_no_wheelhouse": 4, "molecule-conda": 2, "molecule-default": 2, "test_static": 2, "test_preflight": 1,
+           "test_bastion": 1}
 
 
 def scheduling_unit(nodeid: str) -> str:
