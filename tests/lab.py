@@ -11,8 +11,6 @@ container name (its fabric address) and from this machine over SSH on 127.0.0.1:
 from __future__ import annotations
 
 import argparse
-import fcntl
-import hashlib
 import json
 import os
 import subprocess
@@ -52,27 +50,9 @@ def role_packages() -> list[str]:
 
 
 def build_packaged_image() -> str:
-    """PACKAGED_IMAGE on top of the bare one (built first), cached by a label: the bare image's id and the package
-    list. Parallel test workers take turns under a lock; the second finds it made."""
-    build_image()
-    packages = role_packages()
-    base = docker("image", "inspect", "-f", "{{.Id}}", IMAGE)
-    digest = hashlib.sha256(f"{base} {' '.join(packages)}".encode()).hexdigest()[:12]
-    lock = Path(os.environ.get("TMPDIR", "/var/tmp")) / f"hvdcluster-packaged-image.{os.getuid()}.lock"
-    with lock.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        label = docker("image", "inspect", "-f", '{{ index .Config.Labels "hvdcluster.hash" }}', PACKAGED_IMAGE,
-                       check=False)
-        if label != digest:
-            dockerfile = (f"FROM {IMAGE}\n"
-                          "RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
-                          f"--no-install-recommends {' '.join(packages)} >/dev/null "
-                          "&& apt-get clean && rm -rf /var/lib/apt/lists/*\n")
-            proc = subprocess.run(["docker", "build", "-q", "--label", f"hvdcluster.hash={digest}", "-t",
-                                   PACKAGED_IMAGE, "-"], input=dockerfile, capture_output=True, text=True,
-                                  env={**os.environ, "DOCKER_BUILDKIT": "0"})
-            if proc.returncode != 0:
-                raise RuntimeError(f"building {PACKAGED_IMAGE}: {proc.stderr.strip()[-2000:]}")
+    """PACKAGED_IMAGE, and the bare image under it: tests/images/build.sh builds and caches both."""
+    subprocess.run([str(HERE / "images" / "build.sh")], check=True,
+                   env={**os.environ, "HVD_NODE_PACKAGES": " ".join(role_packages())})
     return PACKAGED_IMAGE
 
 
