@@ -102,6 +102,19 @@ def test_every_play_that_becomes_says_who_needs_sudo_the_same_way() -> None:
     assert [(name, play["become"]) for name, play in plays if play["become"] not in (False, rule)] == []
 
 
+def test_every_play_that_gathers_facts_gathers_the_pre_flights_subset() -> None:
+    """Facts are gathered once per run: the pre-flight's gather (the gather_facts action, which marks them gathered,
+    not setup) and every play's own gather (when the pre-flight did not run) take the same subset, never the mounts."""
+    tasks = yaml.safe_load((ROOT / "roles" / "hvd_preflight" / "tasks" / "main.yml").read_text())
+    gathers = [t for t in tasks if any(k.endswith(("setup", "gather_facts")) for k in t)]
+    assert [list(t) for t in gathers] == [["name", "ansible.builtin.gather_facts"]], gathers
+    subset = gathers[0]["ansible.builtin.gather_facts"]["gather_subset"]
+    assert "!mounts" in subset
+    plays = [(p.name, play) for p in PLAYBOOKS for play in yaml.safe_load(p.read_text()) if "hosts" in play]
+    gathering = [(name, play.get("gather_subset")) for name, play in plays if play.get("gather_facts", True)]
+    assert gathering and [(name, s) for name, s in gathering if s != subset] == []
+
+
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
 def test_commands_declare_when_they_change_something(role: Path) -> None:
     for path in (role / "tasks").glob("*.yml"):

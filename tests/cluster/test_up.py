@@ -15,12 +15,13 @@ import re
 import signal
 import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.cluster.conftest import SUDO_USER, assert_no_trap_fired, task_outcomes
+from tests.cluster.conftest import SUDO_USER, assert_no_trap_fired, run_events, task_outcomes
 from tests.conftest import BIN, ROOT
 from tests.lab import Lab
 
@@ -57,6 +58,10 @@ def test_up_converges_every_node_and_every_node_reaches_every_other(first_up, la
     assert doc["ok"] and set(doc["hosts"]) == {"node1", "node2", "node3"}
     assert all(h["failed"] == 0 and h["unreachable"] == 0 for h in doc["hosts"].values())
     assert "[3/3] converge" in err and "HOST" in err
+    # facts gathered once per node, by the pre-flight: no later play of the run gathers them again
+    gathered = Counter(e["event_data"]["host"] for e in run_events(doc["log"]) if e.get("event") == "runner_on_ok"
+                       and e["event_data"].get("task_action", "").rsplit(".", 1)[-1] in ("setup", "gather_facts"))
+    assert gathered == {"node1": 1, "node2": 1, "node3": 1}, gathered
     for src, dst in itertools.permutations(range(1, 4), 2):
         by_name = ssh_from(lab3, src, f"node{dst}")
         assert by_name.returncode == 0 and by_name.stdout.strip() == f"node{dst}", by_name.stderr
