@@ -22,6 +22,11 @@ READ_ONLY_OUTSIDE_SITE = {"health.yml"}  # hvdcluster health (plugins/modules/hv
 PLAYBOOKS = sorted((ROOT / "playbooks").glob("*.yml"))
 
 
+def _plays() -> list[tuple[str, dict]]:
+    """Every play of every playbook (not the imports of site.yml), with its playbook's file name."""
+    return [(p.name, play) for p in PLAYBOOKS for play in yaml.safe_load(p.read_text()) if "hosts" in play]
+
+
 def run(*cmd: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
@@ -97,7 +102,7 @@ def test_every_play_that_becomes_says_who_needs_sudo_the_same_way() -> None:
     top playbook, so a shared variable there would be lost to a playbook imported from molecule's converge or an
     operator's own playbook): every play says false or exactly the same rule."""
     rule = "{{ hvd_become | default((ansible_user | default('root')) != 'root') }}"
-    plays = [(p.name, play) for p in PLAYBOOKS for play in yaml.safe_load(p.read_text()) if "hosts" in play]
+    plays = _plays()
     assert plays
     assert [(name, play["become"]) for name, play in plays if play["become"] not in (False, rule)] == []
 
@@ -110,7 +115,7 @@ def test_every_play_that_gathers_facts_gathers_the_pre_flights_subset() -> None:
     assert [list(t) for t in gathers] == [["name", "ansible.builtin.gather_facts"]], gathers
     subset = gathers[0]["ansible.builtin.gather_facts"]["gather_subset"]
     assert "!mounts" in subset
-    plays = [(p.name, play) for p in PLAYBOOKS for play in yaml.safe_load(p.read_text()) if "hosts" in play]
+    plays = _plays()
     gathering = [(name, play.get("gather_subset")) for name, play in plays if play.get("gather_facts", True)]
     assert gathering and [(name, s) for name, s in gathering if s != subset] == []
 
