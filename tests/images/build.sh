@@ -13,7 +13,11 @@ image=${HVD_NODE_IMAGE:-hvdcluster/node:debian12}
 base=hvdcluster/debian12-rootfs:$hash
 
 # Parallel test workers each ask for the image: one builds it, the others wait here and then find it up to date.
-exec 9>>"${TMPDIR:-/var/tmp}/hvdcluster-node-image.$(id -u).lock"
+# The lock lies in this user's own cache folder, not in a folder every local user may write to (where another user
+# could plant a symlink for it in advance).
+locks=${XDG_CACHE_HOME:-$HOME/.cache}/hvdcluster
+mkdir -p -m 0700 "$locks"
+exec 9>>"$locks/node-image.lock"
 flock 9
 
 label() { docker image inspect -f '{{ index .Config.Labels "hvdcluster.hash" }}' "$1" 2>/dev/null || true; }
