@@ -14,7 +14,13 @@ controller cache, as on a cluster where the first batch built them).
     up --rolling --batch 100%          the 3 nodes in one batch: 1 run, plus the looks for jobs and the marks
   and, on the cluster in sync (nothing to change): up and up --rolling --batch 1 (one read of every node each)
 
-Run from the checkout after tests/setup.sh:  .venv/bin/python bench/rolling.py [REPEAT]   (default 3)
+With --cold, the change must be built, as the first roll of a new env is: every run adds a version of `six` no run
+before it used, with an empty controller cache of its own, so each one builds the env and compiles Horovod (on the
+first node; in a roll, in the first batch) before it installs them:
+    up                                 built, then every node changed in one run
+    up --rolling --batch 1             built by the canary's batch, then one node at a time
+
+Run from the checkout after tests/setup.sh:  .venv/bin/python bench/rolling.py [--cold] [REPEAT]   (default 3, 1 cold)
 """
 
 from __future__ import annotations
@@ -41,13 +47,19 @@ RUNS = {
 }
 
 
-def stack(with_six: bool) -> dict:
-    return {"python": {"packages": BASE + (["six==1.16.0"] if with_six else [])}, "horovod": {"frameworks": ["pytorch"]}}
+# --cold: one version of six per run, none used by an earlier run (so no cache and no node holds its build).
+COLD_SIX = ["1.16.0", "1.15.0", "1.14.0", "1.13.0", "1.12.0", "1.11.0"]
 
 
-def timed(lab: Lab, *args: str) -> tuple[float, int]:
+def stack(with_six: bool | str) -> dict:
+    six = ["six==1.16.0"] if with_six is True else [f"six=={with_six}"] if with_six else []
+    return {"python": {"packages": BASE + six}, "horovod": {"frameworks": ["pytorch"]}}
+
+
+def timed(lab: Lab, *args: str, cache: Path | None = None) -> tuple[float, int]:
+    env = {**os.environ, "HVDCLUSTER_CACHE": str(cache)} if cache else os.environ
     start = time.monotonic()
-    proc = subprocess.run([HVDCLUSTER, "up", "hosts.yaml", *args], cwd=lab.workdir, env=os.environ,
+    proc = subprocess.run([HVDCLUSTER, "up", "hosts.yaml", *args], cwd=lab.workdir, env=env,
                           capture_output=True, text=True)
     if proc.returncode != 0:
         print(proc.stdout[-3000:], proc.stderr[-3000:])
@@ -59,8 +71,37 @@ def flip(lab: Lab) -> None:
     lab.write_hosts_yaml()
 
 
+def cold(lab: Lab, tmp: Path, repeat: int) -> None:
+    """Each run builds its change (an env no cache holds, and Horovod for it) before it installs it."""
+    versions = iter(COLD_SIX)
+    for round_ in range(repeat):
+        seconds: dict[str, float] = {}
+        for name in ("up", "up --rolling --batch 1"):
+            version = next(versions)
+            lab.stack = stack(version)
+            lab.write_hosts_yaml()
+            cache = tmp / f"cold-cache-{version}"
+            seconds[name], rc = timed(lab, *RUNS[name], cache=cache)
+            print(f"  {name} (six {version}: the env and Horovod built, then installed): {seconds[name]:.1f} s "
+                  f"(rc {rc})", flush=True)
+        print(f"round {round_ + 1}: up --rolling --batch 1 = {seconds['up --rolling --batch 1'] / seconds['up']:.2f}x up"
+              " when the change must be built", flush=True)
+
+
 def main() -> None:
+    args = sys.argv[1:]
     build_image()
+    if args[:1] == ["--cold"]:
+        with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:
+            lab = Lab("benchroll", 3, Path(tmp), slots=1, stack=stack(False))
+            lab.up()
+            try:
+                seconds, rc = timed(lab)
+                print(f"converge, 3 nodes: {seconds:.1f} s (rc {rc})", flush=True)
+                cold(lab, Path(tmp), int(args[1]) if len(args) > 1 else 1)
+            finally:
+                lab.down()
+        return
     with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:
         lab = Lab("benchroll", 3, Path(tmp), slots=1, stack=stack(False))
         lab.up()
