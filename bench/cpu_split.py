@@ -1,0 +1,81 @@
+"""Benchmark (prints figures, asserts nothing): where the CPU time of an `up` goes, the controller against the nodes.
+
+On this 2-core machine the tiers and the roll are CPU-bound, so a second saved anywhere is worth the same; this says
+which side to cut. The controller side is the `hvdcluster` process tree (ansible-playbook, its forked workers, the ssh
+clients), read from this process's children's rusage; each node is its container's CPU accounting (cgroup v1
+`cpuacct.usage` or v2 `cpu.stat`).
+
+  up           3 nodes of the golden image, first converge (the env and the wheel from the controller cache when it
+               holds them: built otherwise, and that build is then in the figure)
+  up           no-op: the fast path (one read of every node)
+  up --full    no-op: every role on every node, changed=0 (REPEAT times)
+
+Run from the checkout after tests/setup.sh:  .venv/bin/python bench/cpu_split.py [REPEAT]   (default 3)
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.lab import PACKAGED_IMAGE, Lab, build_packaged_image, docker  # noqa: E402
+
+HVDCLUSTER = str(Path(sys.executable).parent / "hvdcluster")
+
+
+def node_cpu_seconds(container: str) -> float:
+    """The container's CPU time so far (user + system), from its cgroup."""
+    cid = docker("inspect", "-f", "{{.Id}}", container)
+    v1 = Path(f"/sys/fs/cgroup/cpuacct/docker/{cid}/cpuacct.usage")
+    if v1.exists():
+        return int(v1.read_text()) / 1e9
+    for v2 in (Path(f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.stat"),
+               Path(f"/sys/fs/cgroup/docker/{cid}/cpu.stat")):
+        if v2.exists():
+            usage = dict(line.split() for line in v2.read_text().splitlines())
+            return int(usage["usage_usec"]) / 1e6
+    raise SystemExit(f"no CPU accounting found for {container} (cgroup v1 cpuacct or v2 cpu.stat)")
+
+
+def measured(lab: Lab, *args: str) -> str:
+    nodes = [lab.container(i) for i in range(1, lab.nodes + 1)]
+    before = [node_cpu_seconds(n) for n in nodes]
+    start_usage, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+    proc = subprocess.run([HVDCLUSTER, "up", "hosts.yaml", *args], cwd=lab.workdir, env=os.environ,
+                          capture_output=True, text=True)
+    wall, usage = time.monotonic() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+    spent = [node_cpu_seconds(n) - b for n, b in zip(nodes, before)]
+    controller = (usage.ru_utime - start_usage.ru_utime) + (usage.ru_stime - start_usage.ru_stime)
+    if proc.returncode != 0:
+        print(proc.stdout[-3000:], proc.stderr[-3000:])
+    total = controller + sum(spent)
+    return (f"wall {wall:6.1f} s (rc {proc.returncode}); CPU {total:6.1f} s: controller {controller:5.1f} s "
+            f"({controller / total:.0%}), nodes {sum(spent):6.1f} s ({', '.join(f'{s:.1f}' for s in spent)})")
+
+
+def main() -> None:
+    repeat = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    image = build_packaged_image()
+    with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:
+        lab = Lab("benchcpu", 3, Path(tmp), slots=1, image=image,
+                  stack={"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]}})
+        lab.up()
+        try:
+            print(f"up, first converge, 3 nodes of {PACKAGED_IMAGE}: {measured(lab)}", flush=True)
+            print(f"up, no-op (fast path):             {measured(lab)}", flush=True)
+            for _ in range(repeat):
+                print(f"up --full, no-op:                  {measured(lab, '--full')}", flush=True)
+        finally:
+            lab.down()
+
+
+if __name__ == "__main__":
+    main()
