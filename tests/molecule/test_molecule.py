@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -19,17 +20,31 @@ def _conda_channel() -> dict[str, str]:
     return {"HVD_CONDA_CHANNEL": str(build())}
 
 
+def _empty_cache(folder: Path) -> dict[str, str]:
+    """A controller cache of this run's own, empty: the scenario builds everything it installs (the env packed, Horovod
+    compiled), every run. The other suites share one cache and, on a warm machine, never build; this one proves the
+    build path they all rely on."""
+    folder.mkdir()
+    return {"HVDCLUSTER_CACHE": str(folder)}
+
+
 # What a scenario needs prepared on this machine first: variables for molecule's environment.
-PREPARE = {"conda": _conda_channel}
+PREPARE = {"conda": lambda _: _conda_channel(), "horovod": lambda tmp: _empty_cache(tmp / "cache")}
 
 
 @pytest.mark.containers
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_molecule_scenario_converges_idempotently_and_verifies(scenario: str, packaged_image: str) -> None:
+def test_molecule_scenario_converges_idempotently_and_verifies(scenario: str, packaged_image: str,
+                                                                tmp_path: Path) -> None:
     """Each scenario names its image: the bare node, or the one with the roles' distro packages (both built here)."""
-    prepared = PREPARE[scenario]() if scenario in PREPARE else {}
+    prepared = PREPARE[scenario](tmp_path) if scenario in PREPARE else {}
     env = {**os.environ, **prepared, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "ANSIBLE_NOCOLOR": "1",
            "NO_COLOR": "1", "PY_COLORS": "0"}
     proc = subprocess.run([tool("molecule"), "test", "-s", scenario], cwd=ROOT, env=env,
                           capture_output=True, text=True)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-8000:]
+    if "HVDCLUSTER_CACHE" in prepared:  # built in this run, into the empty cache: the packed env and the wheel
+        cache = Path(prepared["HVDCLUSTER_CACHE"])
+        built = sorted(p.relative_to(cache).parts[0] for p in [*cache.glob("envs/env-*.tar.zst"),
+                                                                *cache.glob("horovod/*/horovod-*.whl")])
+        assert built == ["envs", "horovod"], sorted(str(p) for p in cache.rglob("*"))
