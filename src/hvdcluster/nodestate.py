@@ -6,14 +6,13 @@
   by ``record`` once ``up`` has read the node back at the end of site.yml (the last play) and found it to be what
   it must be (drift.confirm): a converge never records a node's deviations. A record that is missing or
   unreadable is None: the node is then judged by its peers.
-- ``inputs_digest(root)`` covers everything a converge depends on (the inventory files, hvdcluster's own Ansible
-  content and version); ``up`` records it after a full successful converge and takes the fast path only while it
-  is unchanged.
+- ``inputs_digest(root)`` (inputs.digest) covers everything a converge depends on (the inventory files, hvdcluster's
+  own Ansible content and version); ``up`` records it, with its parts (inputs.parts), after a successful converge
+  and takes the fast path only while it is unchanged.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterable
@@ -21,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import __version__, paths
+from . import inputs
+from .inputs import digest as inputs_digest  # noqa: F401 - the callers' name for it
 
 STATE_TASK = "Read the node's state"
 INPUTS = "inputs.json"
@@ -126,74 +126,31 @@ def record(root: Path, host: str, state: dict[str, Any]) -> None:
     os.replace(part, folder / f"{host}.json")
 
 
-def _digest_tree(digest: Any, folder: Path, label: str) -> None:
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        for name in sorted(filenames):
-            path = Path(dirpath, name)
-            if name.endswith(".pyc"):
-                continue
-            digest.update(f"{label}/{path.relative_to(folder)}\0".encode())
-            digest.update(path.read_bytes() + b"\0")
-
-
-def inputs_digest(root: Path) -> str:
-    """sha256 of what a converge depends on: the inventory (hosts.yml, every group_vars and host_vars file, by meaning:
-    its YAML without comments or layout; the cluster key's public half) and hvdcluster itself (its version and Ansible
-    content). Nothing in it depends on where the inventory or hosts.yaml lie or how they were reached: file names are
-    relative to ``root``, and the paths the inventory holds are canonical (inventory.canonical)."""
-    import yaml
-
-    def meaning(node: Any) -> Any:
-        """A composed YAML node as plain data: tags (``!unsafe`` included), values and order; no comment, quoting
-        style, layout or flow/block choice."""
-        if isinstance(node, yaml.ScalarNode):
-            return [node.tag, node.value]
-        if isinstance(node, yaml.SequenceNode):
-            return [node.tag, [meaning(item) for item in node.value]]
-        if isinstance(node, yaml.MappingNode):
-            return [node.tag, [[meaning(key), meaning(value)] for key, value in node.value]]
-        return None
-
-    def inventory_file(path: Path) -> bytes:
-        """An inventory file by what it says (its YAML node tree), so comments and headers (which name the hosts.yaml
-        they came from) never count; its bytes when it is not one YAML document."""
-        data = path.read_bytes()
-        try:
-            return json.dumps(meaning(yaml.compose(data.decode("utf-8"), Loader=yaml.SafeLoader)),
-                              separators=(",", ":")).encode()
-        except (UnicodeDecodeError, yaml.YAMLError, RecursionError):
-            return b"bytes\0" + data
-
-    digest = hashlib.sha256(f"hvdcluster {__version__}\0".encode())
-    for path in sorted([root / "hosts.yml", *root.glob("group_vars/**/*"), *root.glob("host_vars/**/*")]):
-        if path.is_file() and not path.name.startswith("."):  # Ansible reads no hidden file (nor a write's part)
-            digest.update(f"{path.relative_to(root)}\0".encode() + inventory_file(path) + b"\0")
-    key = root / "ssh" / "id_ed25519.pub"
-    if key.is_file():
-        digest.update(f"{key.relative_to(root)}\0".encode() + key.read_bytes() + b"\0")
-    home = paths.ansible_home()
-    for part in ("ansible.cfg",):
-        digest.update((home / part).read_bytes())
-    for folder in ("roles", "playbooks", "plugins"):
-        if (home / folder).is_dir():
-            _digest_tree(digest, home / folder, folder)
-    return digest.hexdigest()
+def _recorded(root: Path) -> dict[str, Any]:
+    try:
+        record = json.loads((state_dir(root) / INPUTS).read_text())
+        return record if isinstance(record, dict) else {}
+    except (OSError, ValueError):
+        return {}
 
 
 def recorded_inputs(root: Path) -> str:
-    try:
-        return str(json.loads((state_dir(root) / INPUTS).read_text())["inputs"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return ""
+    return str(_recorded(root).get("inputs") or "")
+
+
+def recorded_parts(root: Path) -> dict[str, Any]:
+    """What the recorded inputs were made of (inputs.parts), to say which variables changed since; {} if not known."""
+    found = _recorded(root).get("parts")
+    return found if isinstance(found, dict) else {}
 
 
 def record_inputs(root: Path, digest: str) -> None:
-    """After a full successful converge: what it converged from."""
+    """After a full successful converge: what it converged from (the inputs as they are now: ``digest`` is their
+    digest), with the parts they are made of."""
     folder = state_dir(root)
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     part = folder / f".{INPUTS}.part-{os.getpid()}"
-    part.write_text(json.dumps({"inputs": digest}) + "\n")
+    part.write_text(json.dumps({"inputs": digest, "parts": inputs.parts(root)}) + "\n")
     os.replace(part, folder / INPUTS)
 
 

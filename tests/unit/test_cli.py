@@ -676,8 +676,8 @@ def test_up_converges_every_node_when_the_fast_path_cannot_be_trusted(hosts, ren
 
     root = rendered / "c1"
     found, unreachable, argv = {"gpu01": dict(SHARED), "gpu02": dict(SHARED)}, {}, []
-    if why == "inputs":
-        (root / "group_vars" / "all" / "local.yml").write_text("hvd_fabric_interface: ib0\n")
+    if why == "inputs":  # a variable Ansible reads by itself: every role may see it (inputs.change)
+        (root / "group_vars" / "all" / "local.yml").write_text("ansible_python_interpreter: /usr/bin/python3\n")
     elif why == "record":
         (root / "state" / "gpu02.json").unlink()
     elif why == "unreachable":
@@ -690,6 +690,49 @@ def test_up_converges_every_node_when_the_fast_path_cannot_be_trusted(hosts, ren
     assert cli.main(["up", str(hosts), "-o", str(rendered), *argv]) == 0
     assert converged == ["site.yml"] and recorded.calls == []
     assert nodestate.recorded_inputs(root)  # the full converge decides about it, not the fast path
+
+
+@pytest.mark.parametrize(("change", "drift", "tags"), [
+    ("hvd_pyenv_packages: [torch==2.13.0, six]\n", {}, "hvd_pyenv,hvd_horovod,hvd_verify,hvd_state"),
+    ("hvd_pyenv_packages: [torch==2.13.0, six]\n", {"mpi.version": "4.1.2"},
+     "hvd_openmpi,hvd_pyenv,hvd_horovod,hvd_verify,hvd_state"),
+    ("hvd_fabric_interface: ib0\n", {}, "hvd_verify,hvd_state"),  # read by `run` only: the cluster proven again
+])
+def test_up_after_a_change_of_variables_converges_every_node_from_the_first_role_that_reads_them(
+        hosts, rendered, recorded, monkeypatch, capsys, change: str, drift: dict, tags: str) -> None:
+    """A package added to the env: every node runs hvd_pyenv and the roles after it (not the base, the mesh, Open
+    MPI), or from an earlier role where a node's own drift needs it; the inputs are recorded once it ends well."""
+    from hvdcluster import nodestate
+
+    root = rendered / "c1"
+    (root / "group_vars" / "all" / "local.yml").write_text(change)
+    fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": {**SHARED, **drift}})
+    recorded.after = {"gpu01": dict(SHARED), "gpu02": dict(SHARED)}
+    capsys.readouterr()
+    assert cli.main(["up", str(hosts), "-o", str(rendered), "--json"]) == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert recorded.calls == [{"playbook": "site.yml", "tags": tags, "extravars": {"hvd_targets": "gpu01,gpu02"}}]
+    assert doc["changed_inputs"] == {"variables": [change.split(":")[0]], "roles": tags.split(",")[:-1]}
+    assert doc["converged"] == ["gpu01", "gpu02"] and doc["ok"]
+    assert f"inputs changed since the last converge: {change.split(':')[0]}" in captured.err
+    assert nodestate.recorded_inputs(root) == nodestate.inputs_digest(root)  # the next up takes the fast path
+
+
+def test_a_change_of_variables_that_ends_badly_is_not_recorded(hosts, rendered, recorded, monkeypatch,
+                                                               capsys) -> None:
+    """The nodes read back unlike each other after the converge: named, and the inputs stay unrecorded (the next
+    up converges again)."""
+    from hvdcluster import nodestate
+
+    root = rendered / "c1"
+    (root / "group_vars" / "all" / "local.yml").write_text("hvd_pyenv_packages: [torch==2.13.0, six]\n")
+    fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": dict(SHARED)})
+    recorded.after = {"gpu01": dict(SHARED), "gpu02": {**SHARED, "env.lock": "l2"}}
+    assert cli.main(["up", str(hosts), "-o", str(rendered), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["not_repaired"] and not doc["ok"]
+    assert nodestate.recorded_inputs(root) == ""
 
 
 def test_a_first_converge_that_makes_the_cluster_key_is_recorded_with_it(hosts, rendered, monkeypatch,

@@ -177,6 +177,24 @@ def test_a_roll_changes_only_what_the_fast_path_would_repair_and_skips_the_prefl
     assert "hvd_preflight" not in later and later == [*drift.ROLES[1:], "hvd_state"]
 
 
+def test_a_roll_after_a_change_of_variables_changes_every_node_from_the_first_role_that_reads_them() -> None:
+    """A package added to the env (inputs.change: from hvd_pyenv on): every node, in batches, each batch with the
+    same roles (no pre-flight, no base); a node whose own drift needs an earlier role moves the start for all."""
+    from hvdcluster import drift
+    from hvdcluster.cli import repair
+    from hvdcluster.cli.rolling import scope
+
+    names = ["n1", "n2", "n3"]
+    want = {n: {"pkg.openmpi-bin.hold": "held", "env.lock": "l1"} for n in names}
+    found = {n: dict(state) for n, state in want.items()}
+    todo = scope(names, repair.after_change(drift.compare(want, found, []), names, "hvd_pyenv"))
+    assert todo.nodes == names and todo.in_sync == [] and "hvd_targets" not in todo.extravars
+    assert todo.batch_tags(1) == todo.batch_tags(3) == "hvd_pyenv,hvd_horovod,hvd_verify,hvd_state"
+    found["n2"]["pkg.openmpi-bin.hold"] = "not held"
+    todo = scope(names, repair.after_change(drift.compare(want, found, []), names, "hvd_pyenv"))
+    assert todo.nodes == names and todo.batch_tags(2) == "hvd_openmpi,hvd_pyenv,hvd_horovod,hvd_verify,hvd_state"
+
+
 LINE = ("NodeName=node3 Arch=x86_64 CoresPerSocket=1  CPUAlloc=1 CPUEfctv=1 CPUTot=1 CPULoad=1.94 "
         "AvailableFeatures=(null) NodeAddr=node3 NodeHostName=node3 Version=22.05.8 OS=Linux 6.18.44 #1 SMP "
         "PREEMPT_DYNAMIC @0  RealMemory=1 State={state} ThreadsPerCore=1 Partitions=lab  CfgTRES=cpu=1 CapWatts=n/a"

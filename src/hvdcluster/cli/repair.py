@@ -76,3 +76,16 @@ def plan(report: Report, names: Sequence[str]) -> Repair:
         reinstalled=[n for n in targets if any(d.item == drift.REINSTALLED for d in report.drifted[n])],
         reinstall_env=[n for n in targets if any(d.item == ENV_MANIFEST for d in report.drifted[n])],
     )
+
+
+def after_change(report: Report, names: Sequence[str], first_role: str) -> Repair:
+    """What to converge when the inputs changed (``first_role``: the earliest role that reads a changed variable,
+    inputs.change) on a cluster whose nodes all have records: every node, with the roles from ``first_role`` or from
+    the earliest role some node's drift needs, whichever comes first, to the end of site.yml. Its roles start with
+    hvd_preflight where a node was reinstalled: every role, as a full converge."""
+    from .. import drift
+
+    drifted = plan(report, names)
+    first = min([drift.ROLES.index(first_role), *([drift.ROLES.index(drifted.roles[0])] if drifted.roles else [])])
+    return Repair(in_sync=[], targets=list(names), repaired=drifted.repaired, by_hand=drifted.by_hand,
+                  roles=drift.ROLES[first:], reinstalled=drifted.reinstalled, reinstall_env=drifted.reinstall_env)

@@ -218,9 +218,11 @@ class _Roll:
                     self.console.write(f"  {host}: resumed in Slurm")
 
 
-def _read_scope(root, names: list[str], console) -> Scope:
-    """On a cluster converged before from the same inputs, one read of every node decides what the roll changes, as
-    the fast path of `up` does (runs.drift_from_records); every node when the records cannot decide."""
+def _read_scope(root, names: list[str], console, changed=None) -> Scope:
+    """On a cluster converged before, one read of every node decides what the roll changes, as `up` does
+    (runs.drift_from_records): from the same inputs, the drifted nodes and the roles they need; after a change of
+    variables only (``changed``, inputs.change), every node with the roles from the earliest one that reads a changed
+    variable. Every node and every role when the records cannot decide."""
     from .. import drift
     from . import repair
 
@@ -229,11 +231,14 @@ def _read_scope(root, names: list[str], console) -> Scope:
         return scope(names, None)  # a node without a record, or unreachable: the roll names the node it cannot reach
     report = looked[2]
     console.write(f"  {drift.render(report)}" if not report.drifted else drift.render(report))
-    return scope(names, repair.plan(report, names))
+    if changed is None:
+        return scope(names, repair.plan(report, names))
+    todo = repair.after_change(report, names, changed.first_role)
+    return scope(names, None if todo.reinstalled else todo)
 
 
 def cmd_rolling(args: argparse.Namespace) -> int:
-    from .. import nodestate
+    from .. import inputs, nodestate
     from ..runner import check_environment
 
     console = console_for(args)
@@ -249,9 +254,14 @@ def cmd_rolling(args: argparse.Namespace) -> int:
         roll.sweep(names)
         desired = nodestate.desired(root, names)
         records_current = nodestate.recorded_inputs(root) == nodestate.inputs_digest(root)
-        if not (records_current or args.full):
+        changed = None if records_current or args.full else inputs.change(root, nodestate.recorded_parts(root))
+        if changed is not None:
+            console.write(f"inputs changed since the last converge: {', '.join(changed.variables)} (read from "
+                          f"{changed.first_role} on): every node is changed")
+        elif not (records_current or args.full):
             console.write("inputs changed since the last full converge (or never converged): every node is changed")
-        todo = _read_scope(root, names, console) if records_current and not args.full else scope(names, None)
+        todo = _read_scope(root, names, console, changed) if (records_current or changed) and not args.full \
+            else scope(names, None)
         canary = args.canary if args.canary in todo.nodes else None
         if args.canary and canary is None:
             console.write(f"  the canary {args.canary} is in its desired state: it is not changed")

@@ -17,7 +17,7 @@ def _fast_path(args: argparse.Namespace) -> int | None:
     sync are not converged again; a drifted node runs the roles that own its drifted items and those after them;
     then the post-flight proves the whole cluster again. None: converge fully instead (no record of some node,
     inputs changed since the last full converge, a node unreachable, or a drift no role repairs)."""
-    from .. import drift, nodestate
+    from .. import drift, inputs, nodestate
     from ..runner import check_environment
 
     check_environment()
@@ -31,8 +31,11 @@ def _fast_path(args: argparse.Namespace) -> int | None:
     with lock.hold(root, "up"):
         render(cluster, output, plan)
         if nodestate.inputs_digest(root) != nodestate.recorded_inputs(root):
-            console.write("inputs changed since the last full converge: converging every node")
-            return None
+            changed = inputs.change(root, nodestate.recorded_parts(root))
+            if changed is None:
+                console.write("inputs changed since the last full converge: converging every node")
+                return None
+            return _after_change(args, console, cluster, root, changed)
         looked = runs.drift_from_records(root, names, console,
                                          step=f"read every node's state ({len(names)} nodes, read-only)")
         if looked is None:
@@ -81,6 +84,42 @@ def _fast_path(args: argparse.Namespace) -> int | None:
     return runs.finish(args, console, cluster, root, tracker, result,
                        {"fast_path": fast, "converged": [n for n in todo.targets if tracker.hosts[n].ended_well]},
                        unrepaired)
+
+
+def _after_change(args: argparse.Namespace, console, cluster, root, changed) -> int | None:
+    """The inputs changed in variables only (inputs.change): one read of every node (as the fast path's), then every
+    node converges from the earliest role that reads a changed variable (or that a node's drift needs) to the end of
+    site.yml, the post-flight proves the cluster, and every node is read back (the loop contract, each node against its
+    peers: the records were made from the old inputs). None: converge fully instead (a node without a record or not
+    read, a node reinstalled)."""
+    from .. import nodestate
+
+    names = [h.name for h in cluster.hosts]
+    console.write(f"inputs changed since the last converge: {', '.join(changed.variables)} (read from "
+                  f"{changed.first_role} on)")
+    looked = runs.drift_from_records(root, names, console,
+                                     step=f"read every node's state ({len(names)} nodes, read-only)")
+    if looked is None:
+        console.write("  not every node could be read against its record: converging every node")
+        return None
+    want, _, report = looked
+    todo = repair.after_change(report, names, changed.first_role)
+    if todo.reinstalled:
+        console.write(f"  reinstalled since the last converge: {', '.join(todo.reinstalled)}: converging every node")
+        return None
+    roles = ", ".join(r for r in todo.roles if r != "hvd_verify")
+    console.step(2, 2, f"converge every node ({roles}), then prove the whole cluster (hvd_verify)")
+    nodestate.forget_inputs(root)  # recorded again only when the converge and the proof end well
+    events: list[dict] = []
+    tracker, result = runs.tracked_run(root, cluster, console, "site.yml", tags=todo.tags,
+                                       extravars=todo.extravars, events=events)
+    converged = [h for h, s in tracker.hosts.items() if (s.ok or s.changed) and not s.unreachable]
+    unrepaired = runs.close_loop(root, cluster, tracker, events, want, converged=converged, records_current=False)
+    if tracker.ok and result.rc == 0 and not unrepaired:
+        nodestate.record_inputs(root, nodestate.inputs_digest(root))
+    return runs.finish(args, console, cluster, root, tracker, result,
+                       {"changed_inputs": {"variables": changed.variables, "roles": todo.roles},
+                        "converged": [n for n in names if tracker.hosts[n].ended_well]}, unrepaired)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
