@@ -8,7 +8,7 @@ controller cache, as on a cluster where the first batch built them).
   converge     3 nodes (the controller cache is used: the env and the wheel are built only when missing)
   warm-up      up with the package, up without it (each env and Horovod build lands in the cache)
   then, REPEAT times each, every run flipping the package:
-    up                                 every node changed in one run (inputs changed: all of site.yml)
+    up                                 every node changed in one run (the roles from hvd_pyenv on: inputs.change)
     up --rolling --batch 1             one node at a time: 3 runs, each proven with the nodes done before it
     up --rolling --batch 2             the first two, then the third: 2 runs
     up --rolling --batch 100%          the 3 nodes in one batch: 1 run, plus the looks for jobs and the marks
@@ -20,7 +20,10 @@ first node; in a roll, in the first batch) before it installs them:
     up                                 built, then every node changed in one run
     up --rolling --batch 1             built by the canary's batch, then one node at a time
 
-Run from the checkout after tests/setup.sh:  .venv/bin/python bench/rolling.py [--cold] [REPEAT]   (default 3, 1 cold)
+--quick (warm only): up and up --rolling --batch 1, once each after the warm-up.
+
+Run from the checkout after tests/setup.sh:  .venv/bin/python bench/rolling.py [--cold|--quick] [REPEAT]   (default 3,
+1 cold)
 """
 
 from __future__ import annotations
@@ -86,7 +89,7 @@ def cold(lab: Lab, tmp: Path, repeat: int) -> None:
               " when the change must be built", flush=True)
 
 
-def warm(lab: Lab, repeat: int) -> None:
+def warm(lab: Lab, repeat: int, runs: dict[str, list[str]]) -> None:
     """Each run installs a change the controller cache holds (built by the warm-up)."""
     for _ in range(2):
         flip(lab)
@@ -95,7 +98,7 @@ def warm(lab: Lab, repeat: int) -> None:
               f" six): {seconds:.1f} s (rc {rc})")
     best: dict[str, float] = {}
     for _ in range(repeat):
-        for name, args in RUNS.items():
+        for name, args in runs.items():
             flip(lab)
             seconds, rc = timed(lab, *args)
             best[name] = min(best.get(name, seconds), seconds)
@@ -110,9 +113,10 @@ def warm(lab: Lab, repeat: int) -> None:
 
 def main() -> None:
     args = sys.argv[1:]
-    is_cold = args[:1] == ["--cold"]
-    args = args[1:] if is_cold else args
-    repeat = int(args[0]) if args else (1 if is_cold else 3)
+    is_cold, quick = args[:1] == ["--cold"], args[:1] == ["--quick"]
+    args = args[1:] if is_cold or quick else args
+    repeat = int(args[0]) if args else (1 if is_cold or quick else 3)
+    runs = {k: v for k, v in RUNS.items() if k in ("up", "up --rolling --batch 1")} if quick else RUNS
     build_image()
     with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:
         lab = Lab("benchroll", 3, Path(tmp), slots=1, stack=stack(False))
@@ -123,7 +127,7 @@ def main() -> None:
             if is_cold:
                 cold(lab, Path(tmp), repeat)
             else:
-                warm(lab, repeat)
+                warm(lab, repeat, runs)
         finally:
             lab.down()
 

@@ -517,10 +517,12 @@ def test_a_rolling_up_changes_one_node_at_a_time_and_waits_for_the_job_on_node3(
     assert all(b["ok"] for b in batches)
     assert all(one["ended"] <= two["started"] for one, two in zip(batches, batches[1:]))  # one node at a time
     # only what the change reaches: the env and what is built on it, never the pre-flight, the base or Open MPI
+    # (whose argument specs Ansible still validates: that task is tagged `always`)
     assert "inputs changed since the last converge: hvd_pyenv_packages, hvd_stack (read from hvd_pyenv on)" in text
     for batch in batches:
         ran = {str(e["event_data"].get("role", "")).rsplit(".", 1)[-1] for e in run_events(batch["log"])
-               if e.get("event") == "runner_on_ok"}
+               if e.get("event") == "runner_on_ok"
+               and not e["event_data"].get("task", "").startswith("Validating arguments against arg spec")}
         assert {"hvd_pyenv", "hvd_horovod", "hvd_verify"} <= ran, (batch["nodes"], sorted(ran))
         assert not ran & {"hvd_preflight", "hvd_base", "hvd_ssh_mesh", "hvd_openmpi"}, (batch["nodes"], sorted(ran))
     assert batches[2]["started"] >= told  # node3 only once its job was over
