@@ -131,7 +131,10 @@ def _variables(root: Path) -> tuple[dict[str, Any], list[Path]]:
 def parts(root: Path) -> dict[str, Any]:
     """The inputs in parts: ``variables`` (``<file>:<name>`` -> sha256 of its value's meaning) and ``frame`` (sha256
     of everything else digest() covers)."""
-    variables, whole = _variables(root)
+    return _parts(root, *_variables(root))
+
+
+def _parts(root: Path, variables: dict[str, Any], whole: list[Path]) -> dict[str, Any]:
     frame = hashlib.sha256(f"hvdcluster {__version__}\0".encode())
     for path in whole:
         frame.update(f"{path.relative_to(root)}\0".encode() + _by_meaning(path) + b"\0")
@@ -192,13 +195,13 @@ def change(root: Path, recorded: dict[str, Any]) -> Change | None:
     from .drift import ROLES
 
     then = recorded.get("variables")
-    now = parts(root)
+    values, whole = _variables(root)  # read once: for the parts and for the names the values hold
+    now = _parts(root, values, whole)
     if not isinstance(then, dict) or recorded.get("frame") != now["frame"]:
         return None
     moved = {k for k in set(then) | set(now["variables"]) if then.get(k) != now["variables"].get(k)}
     changed = {k.split(":", 1)[1] for k in moved}
     # a variable whose value names a changed one (Jinja in group_vars) changed with it
-    values, _ = _variables(root)
     texts = {k.split(":", 1)[1]: set(_NAME.findall(json.dumps(v))) for k, v in values.items()}
     grown = True
     while grown:
