@@ -69,21 +69,9 @@ def _fast_path(args: argparse.Namespace) -> int | None:
             return EXIT_FAILED
         roles = ", ".join(r for r in todo.roles if r != "hvd_verify")
         console.step(2, 2, f"repair {', '.join(todo.targets)} ({roles}), then prove the whole cluster (hvd_verify)")
-        inputs = nodestate.recorded_inputs(root)
-        nodestate.forget_inputs(root)  # recorded again only when the repair and the proof end well
-        # One run: the roles' plays take only the drifted nodes (hvd_targets); the post-flight takes every node.
-        events: list[dict] = []
-        tracker, result = runs.tracked_run(root, cluster, console, "site.yml", tags=todo.tags,
-                                           extravars=todo.extravars, events=events)
-        # The loop contract: the repaired nodes (and the others) read back against their records.
-        # What no role repairs is named there too ("no role repairs it").
-        unrepaired = runs.close_loop(root, cluster, tracker, events, want, converged=todo.targets,
-                                     records_current=True)
-        if tracker.ok and result.rc == 0 and not unrepaired:
-            nodestate.record_inputs(root, inputs)
-    return runs.finish(args, console, cluster, root, tracker, result,
-                       {"fast_path": fast, "converged": [n for n in todo.targets if tracker.hosts[n].ended_well]},
-                       unrepaired)
+        # The roles' plays take only the drifted nodes (hvd_targets); the post-flight takes every node.
+        return _converge_and_prove(args, console, cluster, root, todo, want, records_current=True,
+                                   digest=nodestate.recorded_inputs(root), extra={"fast_path": fast})
 
 
 def _after_change(args: argparse.Namespace, console, cluster, root, changed) -> int | None:
@@ -109,17 +97,33 @@ def _after_change(args: argparse.Namespace, console, cluster, root, changed) -> 
         return None
     roles = ", ".join(r for r in todo.roles if r != "hvd_verify")
     console.step(2, 2, f"converge every node ({roles}), then prove the whole cluster (hvd_verify)")
-    nodestate.forget_inputs(root)  # recorded again only when the converge and the proof end well
+    return _converge_and_prove(args, console, cluster, root, todo, want, records_current=False,
+                               digest=nodestate.inputs_digest(root),
+                               extra={"changed_inputs": {"variables": changed.variables, "roles": todo.roles}})
+
+
+def _converge_and_prove(args: argparse.Namespace, console, cluster, root, todo: repair.Repair, want: dict, *,
+                        records_current: bool, digest: str, extra: dict) -> int:
+    """The tail of both partial runs: one site.yml run with ``todo``'s roles (then the post-flight and the read-back),
+    every node read back against what it must be (the loop contract: ``records_current``, against its own record;
+    else, the inputs having changed, against its peers), and the inputs recorded as ``digest`` only when all of it
+    ended well (forgotten meanwhile: a run cut short is not taken for a converge)."""
+    from .. import nodestate
+
+    nodestate.forget_inputs(root)
     events: list[dict] = []
     tracker, result = runs.tracked_run(root, cluster, console, "site.yml", tags=todo.tags,
                                        extravars=todo.extravars, events=events)
-    converged = [h for h, s in tracker.hosts.items() if (s.ok or s.changed) and not s.unreachable]
-    unrepaired = runs.close_loop(root, cluster, tracker, events, want, converged=converged, records_current=False)
+    # A repair changes its targets only; a change of inputs, every node its roles ran on.
+    converged = todo.targets if records_current else [h for h, s in tracker.hosts.items()
+                                                      if (s.ok or s.changed) and not s.unreachable]
+    # What no role repairs is named there too ("no role repairs it").
+    unrepaired = runs.close_loop(root, cluster, tracker, events, want, converged=converged,
+                                 records_current=records_current)
     if tracker.ok and result.rc == 0 and not unrepaired:
-        nodestate.record_inputs(root, nodestate.inputs_digest(root))
+        nodestate.record_inputs(root, digest)
     return runs.finish(args, console, cluster, root, tracker, result,
-                       {"changed_inputs": {"variables": changed.variables, "roles": todo.roles},
-                        "converged": [n for n in names if tracker.hosts[n].ended_well]}, unrepaired)
+                       {**extra, "converged": [n for n in todo.targets if tracker.hosts[n].ended_well]}, unrepaired)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
