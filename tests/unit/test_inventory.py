@@ -195,6 +195,18 @@ def test_without_device_forces_the_driver_on_nodes_the_probe_found_no_gpu_on() -
     assert cpu["hvd_gpu"] is False and "hvd_nvidia_driver_force" not in cpu
 
 
+def test_gpu_repo_takes_the_whole_gpu_stack_to_the_distros_packages() -> None:
+    """stack.gpu_repo sets hvd_gpu_repo, the default of the driver's and the system CUDA/cuDNN/NCCL repository; on a
+    CPU stack it is dropped with the rest of the GPU stack, and left out it leaves the roles' default (nvidia)."""
+    spec_ = spec.loads('cluster: img\nhosts: [10.0.0.1]\nstack: {driver: "535", gpu_repo: distro}\n', "hosts.yaml")
+    assert spec_.stack["gpu_repo"] == "distro"
+    distro = inventory.stack_vars(compat.resolve(spec_.stack, compat.NodeInfo(), gpu=None).stack)
+    assert distro["hvd_gpu"] is True and distro["hvd_gpu_repo"] == "distro"
+    assert "hvd_gpu_repo" not in inventory.stack_vars(compat.resolve({"driver": "535"}).stack)
+    cpu = inventory.stack_vars(compat.resolve({"gpu_repo": "distro", "horovod": {"gpu_operations": "none"}}).stack)
+    assert cpu["hvd_gpu"] is False and "hvd_gpu_repo" not in cpu
+
+
 @pytest.mark.parametrize("damage", ["all: [unclosed\n", "- a list\n", "\xff\xfe"])
 def test_a_damaged_inventory_file_is_one_line_naming_it(
     cluster: spec.ClusterSpec, tmp_path: Path, damage: str

@@ -137,7 +137,7 @@ def _is_gpu(stack: dict, node: NodeInfo, gpu: bool | None) -> bool:
         return gpu
     if ops == "none":
         return False
-    hints = any(stack.get(k) for k in ("driver", "cuda", "cudnn", "nccl", "gpu_source", "without_device"))
+    hints = any(stack.get(k) for k in ("driver", "cuda", "cudnn", "nccl", "gpu_source", "gpu_repo", "without_device"))
     return bool(hints or ops in ("nccl", "mpi") or node.gpus)
 
 

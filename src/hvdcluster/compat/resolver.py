@@ -181,6 +181,7 @@ def resolve(
     resolved = {
         "gpu": draft.values["gpu"],
         "gpu_source": draft.values.get("gpu_source"),
+        **({"gpu_repo": stack["gpu_repo"]} if stack.get("gpu_repo") and draft.values["gpu"] else {}),
         **({"without_device": True} if stack.get("without_device") and draft.values["gpu"] else {}),
         **{name: draft.values.get(name) for name in ("driver", "cuda", "cudnn", "nccl", "gcc")},
         "mpi": mpi,

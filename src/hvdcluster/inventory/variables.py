@@ -168,6 +168,7 @@ STACK_VARS: dict[tuple[str, ...], str] = {
     ("cudnn",): "hvd_cudnn_version",
     ("nccl",): "hvd_nccl_version",
     ("gpu_source",): "hvd_gpu_source",
+    ("gpu_repo",): "hvd_gpu_repo",
     ("without_device",): "hvd_nvidia_driver_force",
     ("mpi", "impl"): "hvd_openmpi_impl",
     ("mpi", "version"): "hvd_openmpi_version",

@@ -118,6 +118,9 @@ _stack = _section(
         "cudnn": _version,
         "nccl": _version,
         "gpu_source": _choice("system", "env"),
+        # where the driver and the system CUDA/cuDNN/NCCL packages come from: NVIDIA's repository or the distro's
+        # archive (Debian non-free, Ubuntu's -server drivers) (hvd_gpu_repo)
+        "gpu_repo": _choice("nvidia", "distro"),
         # the driver on nodes without an NVIDIA device: a golden image being built, CI (hvd_nvidia_driver_force)
         "without_device": _boolean,
         "gcc": _version,
