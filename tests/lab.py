@@ -25,6 +25,10 @@ IMAGE = os.environ.get("HVD_NODE_IMAGE", "hvdcluster/node:debian12")
 # whose subject is not the first install (training, fan-out, conda, molecule horovod/gpu/conda) start from it; the
 # roles still hold, pin and read them back. The bare image stays for test_up, the bundle, the defaults and the demo.
 PACKAGED_IMAGE = IMAGE + "-packages"
+# The bare node plus a kernel image and its headers (Debian's own packages), as an image being built holds them:
+# molecule/driver's node, where DKMS builds the NVIDIA modules for that kernel.
+KERNEL_IMAGE = IMAGE + "-kernel"
+KERNEL_PACKAGES = ["linux-image-amd64", "linux-headers-amd64"]
 LABEL = "hvdcluster.lab"
 
 
@@ -54,6 +58,13 @@ def build_packaged_image() -> str:
     subprocess.run([str(HERE / "images" / "build.sh")], check=True,
                    env={**os.environ, "HVD_NODE_PACKAGES": " ".join(role_packages())})
     return PACKAGED_IMAGE
+
+
+def build_kernel_image() -> str:
+    """KERNEL_IMAGE, and the bare image under it (tests/images/build.sh, cached by label like PACKAGED_IMAGE)."""
+    subprocess.run([str(HERE / "images" / "build.sh")], check=True,
+                   env={**os.environ, "HVD_NODE_PACKAGES": " ".join(KERNEL_PACKAGES), "HVD_NODE_VARIANT": "kernel"})
+    return KERNEL_IMAGE
 
 
 def host_ca_bundle() -> str | None:
@@ -298,13 +309,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=["build", "up", "down"])
     parser.add_argument("--packaged", action="store_true",
                         help="build: also the image with the roles' distro packages (molecule horovod, gpu, conda)")
+    parser.add_argument("--kernel", action="store_true",
+                        help="build: also the image with a kernel image and its headers (molecule driver)")
     parser.add_argument("--name", default="demo")
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--dir", default=".demo", help="where hosts.yaml and the controller key go")
     args = parser.parse_args(argv)
     lab = Lab(args.name, args.nodes, Path(args.dir).resolve())
     if args.action == "build":
-        build_packaged_image() if args.packaged else build_image()
+        build_image()
+        if args.packaged:
+            build_packaged_image()
+        if args.kernel:
+            build_kernel_image()
     elif args.action == "up":
         build_image()
         print(lab.up())

@@ -2,8 +2,9 @@
 # Build the bare Debian 12 node image used by the demo, molecule and the cluster tests:
 #   debootstrap (minbase + openssh-server + python3) -> docker import -> docker build (node/).
 # Cached by tag: the tag carries a hash of this script and node/, so an unchanged image is reused.
-# With HVD_NODE_PACKAGES (a space-separated list of distro packages) it also builds <image>-packages: the node plus
-# those packages, not held (a site's golden image; tests/lab.py passes the roles' own list), cached the same way.
+# With HVD_NODE_PACKAGES (a space-separated list of distro packages) it also builds <image>-<HVD_NODE_VARIANT>
+# (default: packages): the node plus those packages, not held (a site's golden image; tests/lab.py passes the roles'
+# own list, or a kernel image and its headers), cached the same way.
 # The Debian mirror comes from this machine's own apt sources (or HVD_DEBIAN_MIRROR); none is written here.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -57,7 +58,7 @@ fi
 
 packages=${HVD_NODE_PACKAGES:-}
 [ -n "$packages" ] || exit 0
-packaged=$image-packages
+packaged=$image-${HVD_NODE_VARIANT:-packages}
 phash=$(printf '%s\n%s\n' "$hash" "$packages" | sha256sum | cut -c1-12)
 if [ "$(label "$packaged")" = "$phash" ]; then
     echo "node image $packaged is up to date ($phash)"

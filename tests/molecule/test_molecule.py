@@ -28,8 +28,17 @@ def _empty_cache(folder: Path) -> dict[str, str]:
     return {"HVDCLUSTER_CACHE": str(folder)}
 
 
+def _kernel_image() -> dict[str, str]:
+    """The driver scenario's node image: a kernel image and its headers installed (built once, cached by label)."""
+    from tests.lab import build_kernel_image  # noqa: PLC0415 - only this scenario needs it
+
+    build_kernel_image()
+    return {}
+
+
 # What a scenario needs prepared on this machine first: variables for molecule's environment.
-PREPARE = {"conda": lambda _: _conda_channel(), "horovod": lambda tmp: _empty_cache(tmp / "cache")}
+PREPARE = {"conda": lambda _: _conda_channel(), "horovod": lambda tmp: _empty_cache(tmp / "cache"),
+           "driver": lambda _: _kernel_image()}
 
 
 @pytest.mark.containers
