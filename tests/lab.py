@@ -53,18 +53,22 @@ def role_packages() -> list[str]:
     return [*base, *mpi]
 
 
-def build_packaged_image() -> str:
-    """PACKAGED_IMAGE, and the bare image under it: tests/images/build.sh builds and caches both."""
+def _build_variant(variant: str, packages: list[str]) -> str:
+    """IMAGE-<variant>: the bare image plus ``packages``, and the bare image under it (tests/images/build.sh builds
+    both and caches each by label)."""
     subprocess.run([str(HERE / "images" / "build.sh")], check=True,
-                   env={**os.environ, "HVD_NODE_PACKAGES": " ".join(role_packages())})
-    return PACKAGED_IMAGE
+                   env={**os.environ, "HVD_NODE_PACKAGES": " ".join(packages), "HVD_NODE_VARIANT": variant})
+    return f"{IMAGE}-{variant}"
+
+
+def build_packaged_image() -> str:
+    """PACKAGED_IMAGE (the roles' distro packages)."""
+    return _build_variant("packages", role_packages())
 
 
 def build_kernel_image() -> str:
-    """KERNEL_IMAGE, and the bare image under it (tests/images/build.sh, cached by label like PACKAGED_IMAGE)."""
-    subprocess.run([str(HERE / "images" / "build.sh")], check=True,
-                   env={**os.environ, "HVD_NODE_PACKAGES": " ".join(KERNEL_PACKAGES), "HVD_NODE_VARIANT": "kernel"})
-    return KERNEL_IMAGE
+    """KERNEL_IMAGE (a kernel image and its headers)."""
+    return _build_variant("kernel", KERNEL_PACKAGES)
 
 
 def host_ca_bundle() -> str | None:
