@@ -1,6 +1,6 @@
 """The NVIDIA driver's versions as a node shows them: the one reading of the installed user space (the NVML library's
 file name) and of the loaded kernel module (/proc/driver/nvidia/version) that `check` (hvd_state), the pre-flight's
-look (hvd_host) and hvd_nvidia_driver (through the hvd_driver_* filters) share. Standard library only."""
+look (hvd_host) and hvd_nvidia_driver (through the hvd_driver_* filters) share. Standard library and hvd_files only."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ import glob
 import os
 import re
 
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import under
+
 # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  ..." or "... Kernel Module for aarch64  550.54.15 ..."
 _LOADED = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
 _NVML = re.compile(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)*)")
 # where distributions put NVML: /usr/lib/x86_64-linux-gnu (Debian, Ubuntu), /usr/lib64 (RHEL), /usr/lib
 NVML_GLOBS = ("lib*/libnvidia-ml.so.*", "lib*/*/libnvidia-ml.so.*")
+LOADER_CONF = "/etc/ld.so.conf"
 
 
 def loaded_version(proc_text: str) -> str:
@@ -33,7 +36,39 @@ def installed_versions(paths: list[str]) -> list[str]:
     return sorted({version for version in map(installed_version, paths) if version})
 
 
-def find_nvml(usr: str) -> list[str]:
-    """The NVML library files below ``usr`` (a node's /usr, under a root)."""
-    base = glob.escape(usr)
-    return [path for pattern in NVML_GLOBS for path in glob.glob(os.path.join(base, pattern))]
+def loader_dirs(root: str = "/") -> list[str]:
+    """The library folders the dynamic loader's configuration names (/etc/ld.so.conf and the files its ``include``
+    lines name), as the node sees them, in order, each once."""
+    dirs: list[str] = []
+    todo, seen = [LOADER_CONF], set()
+    while todo:
+        conf = todo.pop(0)
+        if conf in seen:
+            continue
+        seen.add(conf)
+        try:
+            with open(under(root, conf), encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            words = line.split("#", 1)[0].replace(":", " ").replace(",", " ").split()
+            if words[:1] == ["include"]:
+                for pattern in words[1:]:
+                    pattern = os.path.join(os.path.dirname(conf), pattern)  # relative: beside the including file
+                    found = sorted(glob.glob(under(root, pattern)))
+                    todo += ["/" + os.path.relpath(path, under(root, "/")) for path in found]
+            elif words and words[0] != "hwcap":
+                dirs += [word for word in words if word.startswith("/") and word not in dirs]
+    return dirs
+
+
+def find_nvml(root: str = "/") -> list[str]:
+    """The NVML library files of a node (under ``root``): in /usr's library folders, where distributions put them,
+    and in the folders the dynamic loader is configured with, where a driver mounted into a container or VM from
+    outside lies (``/usr/local/nvidia/lib64``). Paths as found under ``root``, each once."""
+    usr = glob.escape(under(root, "/usr"))
+    found = [path for pattern in NVML_GLOBS for path in glob.glob(os.path.join(usr, pattern))]
+    for folder in loader_dirs(root):
+        found += glob.glob(os.path.join(glob.escape(under(root, folder)), "libnvidia-ml.so.*"))
+    return list(dict.fromkeys(found))

@@ -116,7 +116,7 @@ def nvidia(root: str = "/") -> dict:
                 (read_text(os.path.dirname(path) + "/class") or "").startswith("0x03"):
             pci += 1
     loaded = loaded_version(read_text(under(root, "/proc/driver/nvidia/version")) or "")
-    installed = installed_versions(find_nvml(under(root, "/usr")))
+    installed = installed_versions(find_nvml(root))
     return {"gpus": gpu_models(root), "pci_devices": pci, "loaded": loaded, "installed": installed,
             "nouveau": os.path.isdir(under(root, "/sys/module/nouveau"))}
 

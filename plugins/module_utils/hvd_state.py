@@ -145,7 +145,7 @@ def driver_state(root: str) -> dict:
     "ok" when the kernel the boot loader starts next has the nvidia, nvidia-modeset and nvidia-uvm modules (whatever
     kernel that is, so healthy peers read alike), else "<kernel> has no NVIDIA module (<missing>): <cause>"
     (plugins/module_utils/hvd_kernel.py). CPU nodes and containers have no such item."""
-    found = installed_versions(find_nvml(under(root, "/usr")))
+    found = installed_versions(find_nvml(root))
     loaded = loaded_version(read_text(under(root, "/proc/driver/nvidia/version")) or "")
     fact = read_fact(root, "hvd_nvidia_driver") or {}
     try:

@@ -81,7 +81,6 @@ driver:
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_driver import find_nvml, installed_versions
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import gpus, loaded_modules, nvidia_pci, \
     nvswitches, plan, rdma_devices
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import under
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state import fabric_items
 
 
@@ -99,7 +98,7 @@ def main() -> None:
     root = p["root"]
     pci, rdma = nvidia_pci(root), rdma_devices(root)
     pieces = plan(pci, rdma, p["mode"], p["persistence"], p["peermem"], p["fabricmanager"])
-    installed = installed_versions(find_nvml(under(root, "/usr")))
+    installed = installed_versions(find_nvml(root))
     wanted = {piece: bool(v["wanted"]) for piece, v in pieces.items()}
     module.exit_json(changed=False, plan=pieces, gpus=gpus(pci), nvswitches=nvswitches(pci), rdma=rdma,
                      modules=sorted(m for m in loaded_modules(root) or [] if m.startswith("nvidia")),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What a GPU node really has, read the way hvd_nvidia_driver, hvd_cuda, hvd_cudnn and hvd_nccl read it.
 
-Standard library only, so it runs with the node's own python3:
+Standard library only (and the checkout's hvd_driver reader), so it runs with the node's own python3:
 
     python3 tests/gpu/collect_facts.py [--env /opt/hvd/env] [--check]
 
@@ -24,7 +24,10 @@ import subprocess
 import sys
 
 FACTS_DIR = "/etc/ansible/facts.d"
-LIB_DIRS = ("/usr/lib", "/usr/lib64")
+# the driver's versions are read by the product's own reader (standard library only), from this checkout
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "collections"))
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_driver import (  # noqa: E402
+    find_nvml, installed_versions, loaded_version)
 
 
 def run(cmd: list[str], timeout: int = 120) -> tuple[int, str]:
@@ -54,13 +57,8 @@ def header_version(path: str, prefix: str, fields: tuple[str, str, str]) -> str:
 
 
 def driver() -> dict:
-    loaded = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", read("/proc/driver/nvidia/version"))
-    installed = set()
-    for base in LIB_DIRS:
-        for root, dirs, files in os.walk(base):
-            if root.count(os.sep) - base.count(os.sep) >= 3:
-                dirs[:] = []
-            installed.update(m.group(1) for f in files if (m := re.match(r"^libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)$", f)))
+    loaded_v = loaded_version(read("/proc/driver/nvidia/version"))
+    installed = installed_versions(find_nvml("/"))
     gpus = []
     if shutil.which("nvidia-smi"):
         rc, out = run(["nvidia-smi", "--query-gpu=index,name,compute_cap,driver_version,memory.total,pci.bus_id",
@@ -74,10 +72,9 @@ def driver() -> dict:
             gpus = [{"error": out.strip()[-300:]}]
     pci = sorted(os.path.basename(os.path.dirname(p)) for p in glob.glob("/sys/bus/pci/devices/*/vendor")
                  if read(p).strip() == "0x10de")
-    loaded_v = loaded.group(1) if loaded else ""
     return {
         "loaded": loaded_v,
-        "installed": sorted(installed),
+        "installed": installed,
         "mismatch": bool(loaded_v and installed and loaded_v not in installed),
         "device_nodes": sorted(os.path.basename(p) for p in glob.glob("/dev/nvidia[0-9]*")),
         "pci_devices": pci,

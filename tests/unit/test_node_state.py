@@ -15,7 +15,7 @@ from tests.conftest import ROOT
 from tests.unit.test_modules import run_module
 
 from ansible_collections.hvd.cluster.plugins.modules import hvd_tree
-from ansible_collections.hvd.cluster.plugins.module_utils import hvd_files, hvd_state
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_driver, hvd_files, hvd_state
 
 CLUSTER = "lab"
 PREFIX = "/opt/hvd/env"
@@ -271,6 +271,26 @@ def test_driver_loaded_reads_the_proprietary_module_line_too(node: Path) -> None
     write(node, "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.14", b"")
     state = look(node)
     assert state["driver.loaded"] == "550.54.14" and state["driver.installed"] == "535.161.08,550.54.14"
+
+
+def test_a_driver_mounted_from_outside_is_found_where_the_loader_is_configured_to_look(node: Path) -> None:
+    """A container or VM given the host's driver (the workplace's GPU machine, 2026-11-26: NVML in
+    /usr/local/nvidia/lib64, named by /etc/ld.so.conf.d, nothing under /usr/lib): `check` read "installed: absent"
+    beside "loaded: 580.159.04". The loader's configuration, includes and all, is where the user space is."""
+    write(node, "/proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu\n")
+    for path in node.rglob("libnvidia-ml.so*"):
+        path.unlink()
+    write(node, "/usr/local/nvidia/lib64/libnvidia-ml.so.580.159.04", b"\x7fELF")
+    os.symlink("libnvidia-ml.so.580.159.04", node / "usr/local/nvidia/lib64/libnvidia-ml.so.1")
+    assert look(node)["driver.installed"] == "absent"
+    write(node, "/etc/ld.so.conf", "# libc default\ninclude /etc/ld.so.conf.d/*.conf\n")
+    write(node, "/etc/ld.so.conf.d/000_cuda.conf", "/usr/local/cuda/targets/x86_64-linux/lib\n")
+    write(node, "/etc/ld.so.conf.d/nvidia.conf", "include nested.d/*.conf\n")  # relative: beside this file
+    write(node, "/etc/ld.so.conf.d/nested.d/gpu.conf", "/usr/local/nvidia/lib64 /usr/local/nvidia/lib  # mounted\n")
+    assert hvd_driver.loader_dirs(str(node)) == ["/usr/local/cuda/targets/x86_64-linux/lib", "/opt/openmpi-4.1.6/lib",
+                                                 "/usr/local/nvidia/lib64", "/usr/local/nvidia/lib"]
+    state = look(node)
+    assert state["driver.installed"] == state["driver.loaded"] == "580.159.04"
 
 
 def kernel_mode_node(node: Path, kernel: str, modules: tuple[str, ...]) -> None:
