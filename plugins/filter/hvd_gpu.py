@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_driver import installed_versions, loaded_version
 
 _SOURCES = ("system", "env")
 
@@ -244,17 +243,9 @@ def hvd_nvidia_smi_gpus(lines: list[str]) -> list[dict[str, str]]:
     return gpus
 
 
-def hvd_driver_installed(paths: list[str]) -> str:
-    """The driver user space's version(s) from the NVML library files found (comma-separated, "" for none): the
-    reading `check` makes (plugins/module_utils/hvd_driver.py)."""
-    return ",".join(installed_versions([str(p) for p in paths or []]))
-
-
 class FilterModule:
     def filters(self) -> dict:
         return {
-            "hvd_driver_installed": hvd_driver_installed,
-            "hvd_driver_loaded": loaded_version,
             "hvd_gpu_component_plan": hvd_gpu_component_plan,
             "hvd_gpu_found_version": hvd_gpu_found_version,
             "hvd_gpu_version_matches": hvd_gpu_version_matches,

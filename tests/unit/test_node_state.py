@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
 from tests.unit.test_modules import run_module
 
 from ansible_collections.hvd.cluster.plugins.modules import hvd_tree
@@ -591,27 +590,20 @@ def test_a_conda_envs_packages_are_read_from_its_conda_meta_records(node: Path) 
     assert "env.conda.hvd-probe" not in state and state["env.conda.pip-22.3.1-pyh_0"] == "unreadable "
 
 
-def test_check_the_pre_flight_and_the_driver_role_read_the_driver_versions_alike(node: Path, tmp_path: Path) -> None:
+def test_check_the_pre_flight_and_the_driver_role_read_the_driver_versions_alike(node: Path) -> None:
     """One reading of the installed NVML library and the loaded module (plugins/module_utils/hvd_driver.py): `check`'s
-    state, the pre-flight's look and hvd_nvidia_driver's filters (through Ansible, by their full names) agree, here
-    with a second user space installed next to the first (the mismatch a driver upgrade leaves before a reboot)."""
-    import subprocess
-
+    state, the pre-flight's look and hvd_nvidia_driver's (the hvd_node_state module, run here as Ansible runs it)
+    agree, here with a second user space installed next to the first (the mismatch a driver upgrade leaves before a
+    reboot)."""
     from ansible_collections.hvd.cluster.plugins.module_utils import hvd_host
 
     write(node, "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15", b"\x7fELF")
     write(node, "/usr/lib64/libnvidia-ml.so", b"")  # the unversioned link carries no version
     state = hvd_state.driver_state(str(node))
     look = hvd_host.nvidia(str(node))
-    files = sorted(str(p) for p in node.rglob("libnvidia-ml.so*"))
-    proc_text = (node / "proc/driver/nvidia/version").read_text()
-    expression = ("{{ (files | hvd.cluster.hvd_driver_installed) ~ '|' ~ "
-                  "(text | b64decode | hvd.cluster.hvd_driver_loaded) }}")
-    extra = json.dumps({"files": files, "text": base64.b64encode(proc_text.encode()).decode()})
-    ran = subprocess.run([str(Path(sys.executable).parent / "ansible"), "localhost", "-m", "ansible.builtin.debug",
-                          "-a", json.dumps({"msg": expression}), "-e", extra], capture_output=True, text=True,
-                         env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"})
-    assert ran.returncode == 0, ran.stdout + ran.stderr
+    role = run_module("hvd_node_state", {"cluster": "cluster", "sections": ["driver"], "root": str(node)}, check=True)
     assert state["driver.installed"] == ",".join(look["installed"]) == "535.161.08,550.54.15"
     assert state["driver.loaded"] == look["loaded"] == "535.161.08"
-    assert "msg: 535.161.08,550.54.15|535.161.08\n" in ran.stdout
+    assert {key: role["state"][key] for key in ("driver.installed", "driver.loaded")} == {
+        "driver.installed": "535.161.08,550.54.15", "driver.loaded": "535.161.08"}
+    assert role["changed"] is False
