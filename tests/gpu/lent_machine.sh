@@ -9,9 +9,9 @@
 #    module guard (hvd_kernel), nvidia-smi's health (tests/gpu/health_check.py);
 # 2. a rolling change's look for running work (hvdcluster.jobs: the node script and its parser) while a PyTorch
 #    process holds the GPU, and again after it ended: the process counts as running work, then no longer;
-# 3. Horovod built with NCCL from its sdist against the machine's PyTorch, CUDA and NCCL wheel (the C++17 edit
-#    hvd_horovod makes; CMAKE_POLICY_VERSION_MINIMUM for a CMake 4, which refuses gloo's 2.8 minimum; the
-#    headers GCC 13 no longer pulls in by itself, which 0.28.1 forgot to include),
+# 3. Horovod built with NCCL from its sdist against the machine's PyTorch, CUDA and NCCL wheel (the
+#    patches hvd_horovod carries: cxx17 and gcc13-headers; CMAKE_POLICY_VERSION_MINIMUM for a CMake 4, which refuses
+#    gloo's 2.8 minimum),
 #    into the env of the machine's python3 (a venv made here would not see its PyTorch);
 # 4. tests/gpu/run_gpu_checks.sh on that env: --check-build lists NCCL, the NCCL allreduce on every GPU, health.
 # Step 1 of run_gpu_checks.sh (the facts the roles record) fails on such a machine: no role recorded anything.
@@ -99,12 +99,22 @@ env=$(python3 -c 'import sys; print(sys.prefix)')
     "$env/bin/python3" -m pip install -q --no-index --no-deps "$(dirname "$sdist")"/cffi-*.whl "$(dirname "$sdist")"/pycparser-*.whl
 tar xzf "$sdist" -C /tmp
 src=$(ls -d /tmp/horovod-*/ | head -1)
-sed -i 's/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/' "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"
+# hvd_horovod's own patches for this machine (PyTorch >= 2.1, GCC 13), from its catalogue, as its replace task does
+python3 - "$src" cxx17 gcc13-headers <<'PATCH' || fail=1
+import re, sys, yaml
+catalogue = yaml.safe_load(open("roles/hvd_horovod/vars/main.yml"))["__hvd_horovod_patch_catalogue"]
+for name in sys.argv[2:]:
+    for item in catalogue[name]:
+        path = f"{sys.argv[1]}/{item['path']}"
+        text, count = re.compile(item["regexp"], re.MULTILINE).subn(item["replace"], open(path).read())
+        assert count, f"patch {name} matched nothing in {item['path']}"
+        open(path, "w").write(text)
+        print(f"patch {name}: {item['path']} ({count})")
+PATCH
 export LD_LIBRARY_PATH=/tmp/nccl/lib:${LD_LIBRARY_PATH:-}
 if HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_NCCL_HOME=/tmp/nccl HOROVOD_NCCL_LINK=SHARED HOROVOD_CUDA_HOME=$cuda_home \
    HOROVOD_BUILD_CUDA_CC_LIST=$cc HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
    HOROVOD_WITHOUT_MPI=1 HOROVOD_WITH_GLOO=1 MAKEFLAGS=-j$(nproc) CMAKE_POLICY_VERSION_MINIMUM=3.5 \
-   CXXFLAGS="-include string -include stdexcept -include cstdint" \
    timeout 420 "$env/bin/python3" -m pip install --no-build-isolation --no-deps --no-index -v "$src" >"$out/build.log" 2>&1; then
     echo "built in $SECONDS s (cumulative)"
 else

@@ -67,11 +67,11 @@ def test_up_with_an_impossible_stack_exits_2_listing_every_conflict_and_writes_n
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     hosts = tmp_path / "hosts.yaml"
-    hosts.write_text('cluster: c1\nhosts: [10.0.0.1]\nstack:\n  cuda: "12.4"\n  driver: "470"\n  gcc: "13"\n'
-                     '  mpi: {version: "3.1.3"}\n')
+    hosts.write_text('cluster: c1\nhosts: [10.0.0.1]\nstack:\n  cuda: "12.4"\n  driver: "470"\n'
+                     '  mpi: {version: "3.1.3"}\n  python: {version: "3.12"}\n')
     assert cli.main(["up", str(hosts), "-o", str(tmp_path / "inv")]) == 2
     err = capsys.readouterr().err
-    for rule in ("cuda-needs-driver", "horovod-vs-gcc", "openmpi-known-bad"):
+    for rule in ("cuda-needs-driver", "horovod-vs-python", "openmpi-known-bad"):
         assert rule in err
     assert not (tmp_path / "inv").exists()
 
