@@ -8,7 +8,7 @@ import glob
 import os
 import re
 
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import under
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import resolve, under
 
 # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  ..." or "... Kernel Module for aarch64  550.54.15 ..."
 _LOADED = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
@@ -66,9 +66,17 @@ def loader_dirs(root: str = "/") -> list[str]:
 def find_nvml(root: str = "/") -> list[str]:
     """The NVML library files of a node (under ``root``): in /usr's library folders, where distributions put them,
     and in the folders the dynamic loader is configured with, where a driver mounted into a container or VM from
-    outside lies (``/usr/local/nvidia/lib64``). Paths as found under ``root``, each once."""
+    outside lies (``/usr/local/nvidia/lib64``), and the files their unversioned links lead to (Debian's
+    ``nvidia/current/``). Paths as found under ``root``, each once."""
     usr = glob.escape(under(root, "/usr"))
     found = [path for pattern in NVML_GLOBS for path in glob.glob(os.path.join(usr, pattern))]
     for folder in loader_dirs(root):
         found += glob.glob(os.path.join(glob.escape(under(root, folder)), "libnvidia-ml.so.*"))
+    # Debian's packages keep the versioned file in nvidia/current/, behind alternatives links named like the loader's
+    # (libnvidia-ml.so.1): follow the links the loader follows
+    for path in list(found):
+        if not installed_version(path):
+            target = under(root, resolve(root, "/" + os.path.relpath(path, under(root, "/"))))
+            if installed_version(target) and os.path.isfile(target):
+                found.append(target)
     return list(dict.fromkeys(found))

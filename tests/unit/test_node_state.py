@@ -292,6 +292,26 @@ def test_a_driver_mounted_from_outside_is_found_where_the_loader_is_configured_t
     assert state["driver.installed"] == state["driver.loaded"] == "580.159.04"
 
 
+def test_debians_driver_behind_its_alternatives_links_is_read_by_the_file_they_lead_to(node: Path) -> None:
+    """Debian's libnvidia-ml1 (non-free 535) puts the versioned library in nvidia/current/ and reaches it through
+    /etc/alternatives: only libnvidia-ml.so.1 lies where the loader looks. Before, `check` read "absent" there (the
+    role, with its own deeper search, did not; molecule driver and gpu caught the difference once both used one
+    reader)."""
+    for path in node.rglob("libnvidia-ml.so*"):
+        path.unlink()
+    lib = "/usr/lib/x86_64-linux-gnu"
+    write(node, f"{lib}/nvidia/current/libnvidia-ml.so.535.216.01", b"\x7fELF")
+    os.symlink("libnvidia-ml.so.535.216.01", node / f"{lib.lstrip('/')}/nvidia/current/libnvidia-ml.so.1")
+    (node / "etc/alternatives").mkdir(parents=True, exist_ok=True)
+    os.symlink(f"{lib}/nvidia/current/libnvidia-ml.so.1",
+               node / "etc/alternatives/nvidia--libnvidia-ml.so.1-x86_64-linux-gnu")
+    os.symlink("/etc/alternatives/nvidia--libnvidia-ml.so.1-x86_64-linux-gnu",
+               node / f"{lib.lstrip('/')}/libnvidia-ml.so.1")
+    assert look(node)["driver.installed"] == "535.216.01"
+    (node / f"{lib.lstrip('/')}/nvidia/current/libnvidia-ml.so.535.216.01").unlink()  # a dangling link: none
+    assert look(node)["driver.installed"] == "absent"
+
+
 def kernel_mode_node(node: Path, kernel: str, modules: tuple[str, ...]) -> None:
     """The node as hvd_nvidia_driver leaves a GPU host: driver in kernel mode, ``kernel`` the only image in /boot
     (no GRUB: the newest boots), ``modules`` built for it, its headers there."""
