@@ -1,6 +1,7 @@
 """The NVIDIA driver's versions as a node shows them: the one reading of the installed user space (the NVML library's
 file name) and of the loaded kernel module (/proc/driver/nvidia/version) that `check` (hvd_state), the pre-flight's
-look (hvd_host) and hvd_nvidia_driver (through the hvd_driver_* filters) share. Standard library and hvd_files only."""
+look (hvd_host) and hvd_nvidia_driver (through hvd_node_state, check's module) share. Standard library and hvd_files
+only."""
 
 from __future__ import annotations
 
