@@ -9,7 +9,7 @@ import glob
 import os
 import re
 
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import resolve, under
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import on_node, resolve, under
 
 # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  ..." or "... Kernel Module for aarch64  550.54.15 ..."
 _LOADED = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
@@ -58,7 +58,7 @@ def loader_dirs(root: str = "/") -> list[str]:
                 for pattern in words[1:]:
                     pattern = os.path.join(os.path.dirname(conf), pattern)  # relative: beside the including file
                     found = sorted(glob.glob(under(root, pattern)))
-                    todo += ["/" + os.path.relpath(path, under(root, "/")) for path in found]
+                    todo += [on_node(root, path) for path in found]
             elif words and words[0] != "hwcap":
                 dirs += [word for word in words if word.startswith("/") and word not in dirs]
     return dirs
@@ -77,7 +77,7 @@ def find_nvml(root: str = "/") -> list[str]:
     # (libnvidia-ml.so.1): follow the links the loader follows
     for path in list(found):
         if not installed_version(path):
-            target = under(root, resolve(root, "/" + os.path.relpath(path, under(root, "/"))))
+            target = under(root, resolve(root, on_node(root, path)))
             if installed_version(target) and os.path.isfile(target):
                 found.append(target)
     return list(dict.fromkeys(found))

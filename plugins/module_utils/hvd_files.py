@@ -14,6 +14,11 @@ def under(root: str, path: str) -> str:
     return path if root in ("", "/") else os.path.join(root, path.lstrip("/"))
 
 
+def on_node(root: str, full: str) -> str:
+    """The node's own path of ``full``, a path found below ``root`` (``under``'s inverse)."""
+    return "/" + os.path.relpath(full, under(root, "/"))
+
+
 def resolve(root: str, path: str) -> str:
     """The node's ``path`` with every symlink resolved the way the node sees it (an absolute link target is taken
     below ``root`` too); a missing part is kept as it is, like ``os.path.realpath``."""
