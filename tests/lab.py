@@ -321,11 +321,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     lab = Lab(args.name, args.nodes, Path(args.dir).resolve())
     if args.action == "build":
-        build_image()
         if args.packaged:
-            build_packaged_image()
+            build_packaged_image()  # each variant builds the bare image under it too
         if args.kernel:
             build_kernel_image()
+        if not (args.packaged or args.kernel):
+            build_image()
     elif args.action == "up":
         build_image()
         print(lab.up())
