@@ -532,3 +532,57 @@ def test_an_unknown_version_names_its_line():
         resolve({"cudnn": "9.30"}, DEBIAN12, lines={"stack.cudnn": 7})
     assert str(caught.value).startswith("hosts.yaml:7: unknown-version: unknown cudnn 9.30")
 
+
+
+# --------------------------------------------------------------------------------------------- gpu_repo distro
+
+
+def test_gpu_repo_distro_takes_the_archives_cuda_and_cudnn_and_nccl_from_the_frameworks_wheels():
+    """README's golden image (driver 535 from Debian's archive, no device): Debian 12 packages CUDA 11.8 only and
+    neither cuDNN nor NCCL, and only a PyTorch whose default wheel is built for CUDA 11 fits that toolkit."""
+    plan = resolve({"driver": "535", "gpu_repo": "distro", "without_device": True}, DEBIAN12)
+    stack = plan.stack
+    assert (stack["cuda"], stack["gcc"], stack["python"]["packages"]) == ("11.8", "11", ["torch==2.0.*", "setuptools<70"])
+    assert (stack["cudnn"], stack["nccl"]) == ("8.5.0.96", "2.14.3")
+    assert (stack["cudnn_source"], stack["nccl_source"], stack["gpu_source"]) == ("env", "env", "system")
+    assert "cuda: 11.8 (the debian 12 package nvidia-cuda-toolkit, gpu_repo distro)" in plan.notes
+    assert "nccl: 2.14.3 (from pytorch 2.0's wheels, gpu_repo distro)" in plan.notes
+    assert plan.patches == ()  # PyTorch 2.0 builds with C++14: no cxx17 patch
+
+
+def test_gpu_repo_distro_refuses_another_cuda_naming_both_lines():
+    conflict = _only(_refusal({"gpu_repo": "distro", "cuda": "12.1"}), "cuda-vs-distro-cuda")
+    _assert_names_both(conflict, "stack.cuda=12.1",
+                       "stack.gpu_repo=distro (debian 12: nvidia-cuda-toolkit 11.8)")
+    assert conflict.message == "gpu_repo distro installs the archive's cuda 11.8, not cuda 12.1"
+
+
+def test_gpu_repo_distro_refuses_a_pytorch_whose_index_wheel_is_built_for_another_cuda_major():
+    conflict = _only(_refusal({"gpu_repo": "distro", "python": {"packages": ["torch==2.5.1"]}}),
+                     "pytorch-vs-distro-cuda")
+    assert conflict.message.startswith("pytorch 2.5.1's wheel on the package index is built for cuda 12.4, but")
+    assert conflict.choices[0] == "stack.python.packages=torch==2.5.1"
+
+
+def test_gpu_repo_distro_refuses_an_nccl_other_than_the_frameworks_own():
+    conflict = _only(_refusal({"gpu_repo": "distro", "nccl": "2.16.5"}), "gpu-repo-distro")
+    assert conflict.message == "with gpu_repo distro nccl comes from pytorch 2.0's own wheels (nccl 2.14.3), not nccl 2.16.5"
+
+
+def test_gpu_repo_distro_on_an_os_whose_archive_has_no_toolkit_is_refused_alone():
+    ubuntu = NodeInfo(os_id="ubuntu", os_version="22.04", gcc="11.4.0", python="3.10.12")
+    conflicts = _refusal({"gpu_repo": "distro"}, ubuntu)
+    assert [c.rule for c in conflicts] == ["gpu-repo-distro"]
+    assert conflicts[0].message.startswith("ubuntu 22.04 has no CUDA toolkit package hvdcluster knows")
+
+
+def test_an_unprobed_os_leaves_gpu_repo_distro_to_the_roles():
+    assert resolve({"driver": "535", "gpu_repo": "distro"}).stack["gpu_repo"] == "distro"
+
+
+def test_building_against_pytorch_2_0_adds_setuptools_below_70_unless_the_user_lists_setuptools():
+    assert resolve({"python": {"packages": ["torch==2.0.1"]}}, DEBIAN12).stack["python"]["packages"] == [
+        "torch==2.0.1", "setuptools<70"]
+    listed = ["torch==2.0.1", "setuptools==69.5.1"]
+    assert resolve({"python": {"packages": listed}}, DEBIAN12).stack["python"]["packages"] == listed
+    assert "setuptools<70" not in resolve({}, DEBIAN12).stack["python"]["packages"]

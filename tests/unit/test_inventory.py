@@ -22,6 +22,7 @@ from hvdcluster.errors import HvdError
 from tests.conftest import ROOT
 
 EXPECTED = Path(__file__).parent / "expected" / "inventory"
+README = ROOT / "README.md"
 FIXTURES = Path(__file__).parent / "bad_hosts" / "fixtures"  # id_test: a private key's shape; ca.pem: a real cert
 
 HOSTS = """\
@@ -205,6 +206,34 @@ def test_gpu_repo_takes_the_whole_gpu_stack_to_the_distros_packages() -> None:
     assert "hvd_gpu_repo" not in inventory.stack_vars(compat.resolve({"driver": "535"}).stack)
     cpu = inventory.stack_vars(compat.resolve({"gpu_repo": "distro", "horovod": {"gpu_operations": "none"}}).stack)
     assert cpu["hvd_gpu"] is False and "hvd_gpu_repo" not in cpu
+
+
+def test_the_readmes_golden_image_writes_the_variables_the_gpu_scenario_converges_with() -> None:
+    """README's golden-image stack on a Debian 12 node (what the probe reads there) gives the role variables the
+    molecule `gpu` scenario converges with in a container (user space) and `driver` with DKMS (kernel side): `up`
+    with that hosts.yaml runs the stack those scenarios prove. Left to the scenario: the packages it pins exactly
+    (torch 2.0.1 in the resolver's 2.0 series, and the NCCL wheel torch 2.0.1 pins anyway), and what a node with no
+    GPU cannot tell the build (its compute capabilities)."""
+    [written] = re.findall(r"`(stack: \{driver: .*?without_device: true\})` in `hosts.yaml`", README.read_text())
+    hosts = f"cluster: img\nhosts: [10.0.0.1]\n{written}\n"
+    debian12 = compat.NodeInfo(os_id="debian", os_version="12", gcc="12.2.0", python="3.11.2")
+    plan = compat.resolve(spec.loads(hosts, "hosts.yaml").stack, debian12)
+    ours = inventory.stack_vars(plan.stack, plan.patches)
+    scenario = yaml.safe_load((ROOT / "molecule" / "gpu" / "molecule.yml").read_text())
+    theirs = scenario["provisioner"]["inventory"]["group_vars"]["hvd_nodes"]
+    driver = yaml.safe_load((ROOT / "molecule" / "driver" / "molecule.yml").read_text())
+    assert {k: ours[k] for k in ("hvd_nvidia_driver_version", "hvd_gpu_repo", "hvd_nvidia_driver_force")} == {
+        k: v for k, v in driver["provisioner"]["inventory"]["group_vars"]["hvd_nodes"].items() if k in ours}
+    left = {"hvd_pyenv_packages", "hvd_horovod_cuda_cc_list", "hvd_cuda_source"}
+    shared = sorted(set(ours) & set(theirs) - left)
+    assert len(shared) >= 12, shared
+    assert {k: ours[k] for k in shared} == {k: theirs[k] for k in shared}
+    assert theirs.get("hvd_horovod_patches", []) == list(plan.patches) == []
+    assert theirs["hvd_cuda_source"] == ours["hvd_gpu_source"] == "system"
+    pinned = {p.split("==")[0].split("<")[0]: p for p in theirs["hvd_pyenv_packages"]}
+    assert ours["hvd_pyenv_packages"] == ["torch==2.0.*", "setuptools<70"]
+    assert pinned["torch"] == "torch==2.0.1" and pinned["setuptools"] == "setuptools<70"
+    assert pinned["nvidia-nccl-cu11"] == f"nvidia-nccl-cu11=={ours['hvd_nccl_version']}"
 
 
 @pytest.mark.parametrize("damage", ["all: [unclosed\n", "- a list\n", "\xff\xfe"])

@@ -32,6 +32,7 @@ _PATHS = {
     "gpus": "node.gpus",
     "venv_base": "node.python",
     "gpu": "gpu",
+    "distro_cuda": "stack.gpu_repo",  # gpu_repo distro: the CUDA of the node's own archive
 }
 _PACKAGE_NAMES = {"torch": "pytorch", "tensorflow": "tensorflow", "tensorflow-cpu": "tensorflow"}
 _NOT_VERSIONS = ("gpu", "gpu_operations", "gpus")

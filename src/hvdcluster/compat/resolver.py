@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_defaults import ENV_PREFIX
 
+from . import distro
 from .draft import _conflicts, _draft, _Draft, _involving_the_user, _is_gpu, _package_pins
 from .matrix import _Catalog, _matrix
 from .model import Conflict, NodeInfo, Plan, ResolveError
@@ -93,8 +97,9 @@ def _mpi(stack: dict, os_row: dict | None, draft: _Draft) -> dict:
     return {**mpi, **given}
 
 
-def _python(stack: dict, draft: _Draft) -> dict:
-    """The python section: given keys kept, framework pins added for the versions chosen."""
+def _python(stack: dict, draft: _Draft, cat: _Catalog) -> dict:
+    """The python section: given keys kept, framework pins added for the versions chosen, and what building
+    Horovod against that framework needs in the env (``build_requires``) unless the user lists the package."""
     given = dict(stack.get("python") or {})
     python = {"manager": given.pop("manager", "venv"), "prefix": given.pop("prefix", DEFAULT_PREFIX)}
     packages = list(given.pop("packages", None) or [])
@@ -109,8 +114,24 @@ def _python(stack: dict, draft: _Draft) -> dict:
         if kind not in pins:
             packages.append(pin)
         draft.shown[kind] = pin
+    listed = {canonicalize_name(Requirement(p).name) for p in packages if _parses(p)}
+    for kind in ("pytorch", "tensorflow"):
+        row = cat.find(kind, draft.values.get(kind)) if draft.values.get(kind) else None
+        for need in (row or {}).get("build_requires", ()):
+            if canonicalize_name(Requirement(need).name) not in listed:
+                packages.append(need)
+                draft.notes.append(f"{need}: building horovod against {kind} {draft.values[kind]} needs it"
+                                   f" (see {row['build_requires_source']})")
     python["packages"] = packages
     return {**python, **given}
+
+
+def _parses(entry: str) -> bool:
+    try:
+        Requirement(entry)
+    except InvalidRequirement:
+        return False
+    return True
 
 
 def _default_python(node: NodeInfo, os_row: dict | None, draft: _Draft) -> None:
@@ -164,13 +185,17 @@ def resolve(
     lines = lines or {}
     os_row = cat.os(node)
     draft = _draft(stack, node, _is_gpu(stack, node, gpu), lines, path)
+    conflicts = distro.prepare(stack, os_row, draft, cat, lines) if distro.active(stack, draft, node) else []
+    from_distro = "distro_cuda" in draft.values
     horovod = _defaults_before_search(stack, draft, cat)
     _default_python(node, os_row, draft)
     _Filler(cat, draft, node, os_row).fill(horovod["frameworks"])
+    if from_distro:
+        conflicts += distro.from_wheels(draft, cat)
     mpi = _mpi(stack, os_row, draft)
-    python = _python(stack, draft)
+    python = _python(stack, draft, cat)
 
-    conflicts = _unknowns(cat, draft, node, os_row) + _involving_the_user(draft, _conflicts(cat, draft))
+    conflicts += _unknowns(cat, draft, node, os_row) + _involving_the_user(draft, _conflicts(cat, draft))
     conflicts += _mpi_source_needs_version(mpi, cat.m["sources"]["horovod_install"], draft, lines)
     if conflicts:
         raise ResolveError(conflicts)
@@ -183,6 +208,7 @@ def resolve(
         "gpu_source": draft.values.get("gpu_source"),
         **({"gpu_repo": stack["gpu_repo"]} if stack.get("gpu_repo") and draft.values["gpu"] else {}),
         **({"without_device": True} if stack.get("without_device") and draft.values["gpu"] else {}),
+        **({f"{name}_source": "env" for name in distro.FROM_WHEELS} if from_distro else {}),
         **{name: draft.values.get(name) for name in ("driver", "cuda", "cudnn", "nccl", "gcc")},
         "mpi": mpi,
         "python": python,

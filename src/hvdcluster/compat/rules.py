@@ -107,6 +107,25 @@ def _pytorch_vs_cuda(cat: _Catalog, pytorch: str, cuda: str) -> Iterator[Finding
         yield f"pytorch {pytorch} has {builds} builds only, none for cuda {cuda}", row["source"]
 
 
+def _pytorch_vs_distro_cuda(cat: _Catalog, pytorch: str, distro_cuda: str) -> Iterator[Finding]:
+    row = cat.find("pytorch", pytorch)
+    wheel = (row or {}).get("pypi")
+    if row and (wheel is None or _major(wheel["cuda"]) != _major(distro_cuda)):
+        built = f"is built for cuda {wheel['cuda']}" if wheel else "has no recorded cuda"
+        yield (
+            f"pytorch {pytorch}'s wheel on the package index {built}, but the distro's cuda {distro_cuda} needs one"
+            f" built for cuda {_major(distro_cuda)}.x (the cuXYZ variants live on another index)",
+            (wheel or row)["source"],
+        )
+
+
+def _cuda_vs_distro_cuda(cat: _Catalog, cuda: str, distro_cuda: str) -> Iterator[Finding]:
+    if _mm(cuda) != _mm(distro_cuda):
+        packages = [row["cuda_package"] for row in cat.m["os"] if "cuda_package" in row]
+        source = next((p["source"] for p in packages if p["cuda"] == distro_cuda), packages[0]["source"])
+        yield f"gpu_repo distro installs the archive's cuda {distro_cuda}, not cuda {cuda}", source
+
+
 def _tensorflow_vs_cuda(cat: _Catalog, tensorflow: str, cuda: str) -> Iterator[Finding]:
     row = cat.find("tensorflow", tensorflow)
     if row and _major(row["cuda"]) != _major(cuda):
@@ -172,6 +191,8 @@ RULES: tuple[Rule, ...] = (
     Rule("cudnn-vs-cuda", ("cudnn", "cuda"), _cudnn_vs_cuda),
     Rule("cudnn-vs-gpu", ("cudnn", "gpus"), _cudnn_vs_gpu),
     Rule("pytorch-vs-cuda", ("pytorch", "cuda"), _pytorch_vs_cuda),
+    Rule("pytorch-vs-distro-cuda", ("pytorch", "distro_cuda"), _pytorch_vs_distro_cuda),
+    Rule("cuda-vs-distro-cuda", ("cuda", "distro_cuda"), _cuda_vs_distro_cuda),
     Rule("pytorch-vs-python", ("pytorch", "python"), _framework_vs_python("pytorch")),
     Rule("tensorflow-vs-cuda", ("tensorflow", "cuda"), _tensorflow_vs_cuda),
     Rule("tensorflow-vs-python", ("tensorflow", "python"), _framework_vs_python("tensorflow")),

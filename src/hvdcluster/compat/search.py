@@ -14,7 +14,7 @@ from .versions import _major, _matches, _release
 _SEARCH_BUDGET = 20_000
 # Fields the search may fill, in priority order: an earlier field gets its newest consistent value first.
 _SEARCH_ORDER = ("driver", "cuda", "gcc", "pytorch", "tensorflow", "cudnn", "nccl")
-_NOT_NOTED = ("gpu", "gpu_operations", "venv_base")  # context fields a note need not repeat
+_NOT_NOTED = ("gpu", "gpu_operations", "venv_base", "distro_cuda")  # context fields a note need not repeat
 
 
 @dataclass
@@ -107,7 +107,7 @@ def _open_fields(draft: _Draft, frameworks: list[str]) -> list[str]:
     """The fields to fill, in search order."""
     values = draft.values
     gpu_fields = ("driver", "cuda", "cudnn", "nccl") if values["gpu"] else ()
-    if values["gpu"] and values.get("gpu_source") == "env":
+    if values["gpu"] and (values.get("gpu_source") == "env" or values.get("distro_cuda")):
         gpu_fields = ("driver", "cuda")  # cuDNN and NCCL come with the framework's wheels
     wanted = {*gpu_fields, "gcc", *(f for f in ("pytorch", "tensorflow") if f in frameworks)}
     return [name for name in _SEARCH_ORDER if name in wanted and values.get(name) is None]

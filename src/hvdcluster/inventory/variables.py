@@ -169,6 +169,8 @@ STACK_VARS: dict[tuple[str, ...], str] = {
     ("nccl",): "hvd_nccl_version",
     ("gpu_source",): "hvd_gpu_source",
     ("gpu_repo",): "hvd_gpu_repo",
+    ("cudnn_source",): "hvd_cudnn_source",
+    ("nccl_source",): "hvd_nccl_source",
     ("without_device",): "hvd_nvidia_driver_force",
     ("mpi", "impl"): "hvd_openmpi_impl",
     ("mpi", "version"): "hvd_openmpi_version",
@@ -203,6 +205,9 @@ def stack_vars(stack: dict[str, Any], patches: tuple[str, ...] = ()) -> dict[str
             out["hvd_horovod_sdist_sha256"] = sdist_sha256(str(value))
     if patches:
         out["hvd_horovod_patches"] = list(patches)
+    from_wheel = "env" in (stack.get("nccl_source"), stack.get("gpu_source"))
+    if stack.get("gpu") and from_wheel and (stack.get("horovod") or {}).get("gpu_operations") == "nccl":
+        out["hvd_horovod_nccl_link"] = "SHARED"  # NVIDIA's NCCL wheels carry libnccl.so.2 only, no static library
     if stack.get("cuda") and stack.get("gcc"):  # nvcc's host compiler: the gcc the resolver chose for this CUDA
         out["hvd_cuda_host_compiler_packages"] = [f"g++-{stack['gcc']}"]
         out["hvd_cuda_host_cxx"] = f"/usr/bin/g++-{stack['gcc']}"
@@ -216,6 +221,7 @@ VAR_DOCS["hvd_horovod_sdist_sha256"] = (
     "sha256 of that release's sdist (compat.yaml artifacts), checked before it is unpacked; empty: no pin known."
 )
 VAR_DOCS["hvd_cuda_host_compiler_packages"] = "= g++-<hvd_stack.gcc>: the host compiler nvcc gets."
+VAR_DOCS["hvd_horovod_nccl_link"] = "SHARED where NCCL comes from NVIDIA's wheel (it has no static library)."
 VAR_DOCS["hvd_cuda_host_cxx"] = "= /usr/bin/g++-<hvd_stack.gcc> (CUDAHOSTCXX for CUDA builds)."
 VAR_DOCS["hvd_preflight_gpu_rules"] = "GPU models -> CUDA and driver limits (version matrix), for hvd_preflight."
 VAR_DOCS["hvd_preflight_gcc_max"] = "Newest gcc the planned nvcc accepts (version matrix), for hvd_preflight."
