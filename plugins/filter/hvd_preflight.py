@@ -33,7 +33,8 @@ def _per_host(host: str, p: dict[str, Any], plan: dict[str, Any]) -> list[dict[s
     accepted = supported.get(osinfo.get("distribution"), [])
     if osinfo and str(osinfo.get("version")) not in accepted and str(osinfo.get("major")) not in accepted:
         add("os-supported", FAIL, f"{osinfo.get('distribution')} {osinfo.get('version')}",
-            ", ".join(f"{k} {'/'.join(map(str, v))}" for k, v in supported.items()),
+            ", ".join(f"{k} {'/'.join(map(str, v))}" for k, v in supported.items())
+            + (f" ({plan['supported_os_why']})" if plan.get("supported_os_why") else ""),
             "install a supported operating system on this node")
 
     if p.get("uid") not in (None, 0):

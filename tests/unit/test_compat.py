@@ -576,8 +576,13 @@ def test_gpu_repo_distro_on_an_os_whose_archive_has_no_toolkit_is_refused_alone(
     assert conflicts[0].message.startswith("ubuntu 22.04 has no CUDA toolkit package hvdcluster knows")
 
 
-def test_an_unprobed_os_leaves_gpu_repo_distro_to_the_roles():
-    assert resolve({"driver": "535", "gpu_repo": "distro"}).stack["gpu_repo"] == "distro"
+def test_unprobed_gpu_repo_distro_plans_the_archive_the_matrix_knows_and_holds_the_nodes_to_its_os():
+    """`up` resolves before it reaches a node: the plan is Debian 12's (its gcc and python defaults too), and the
+    pre-flight refuses a node that runs anything else."""
+    stack = resolve({"driver": "535", "gpu_repo": "distro"}).stack
+    assert (stack["cuda"], stack["gcc"], stack["python"]["version"]) == ("11.8", "11", "3.11")
+    assert stack["archive_os"] == {"Debian": ["12"]}
+    assert "archive_os" not in resolve({"driver": "535"}).stack
 
 
 def test_building_against_pytorch_2_0_adds_setuptools_below_70_unless_the_user_lists_setuptools():
@@ -586,3 +591,8 @@ def test_building_against_pytorch_2_0_adds_setuptools_below_70_unless_the_user_l
     listed = ["torch==2.0.1", "setuptools==69.5.1"]
     assert resolve({"python": {"packages": listed}}, DEBIAN12).stack["python"]["packages"] == listed
     assert "setuptools<70" not in resolve({}, DEBIAN12).stack["python"]["packages"]
+
+
+def test_gpu_repo_distro_without_pytorch_is_refused_for_want_of_the_wheels_that_bring_cudnn_and_nccl():
+    conflict = _only(_refusal({"gpu_repo": "distro", "horovod": {"frameworks": ["tensorflow"]}}), "gpu-repo-distro")
+    assert "this stack has no PyTorch whose wheels the matrix knows; use gpu_repo: nvidia" in conflict.message

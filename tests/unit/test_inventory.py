@@ -216,9 +216,13 @@ def test_the_readmes_golden_image_writes_the_variables_the_gpu_scenario_converge
     GPU cannot tell the build (its compute capabilities)."""
     [written] = re.findall(r"`(stack: \{driver: .*?without_device: true\})` in `hosts.yaml`", README.read_text())
     hosts = f"cluster: img\nhosts: [10.0.0.1]\n{written}\n"
-    debian12 = compat.NodeInfo(os_id="debian", os_version="12", gcc="12.2.0", python="3.11.2")
-    plan = compat.resolve(spec.loads(hosts, "hosts.yaml").stack, debian12)
+    stack = spec.loads(hosts, "hosts.yaml").stack
+    plan = compat.resolve(stack)  # as `up` resolves: before it reaches a node
     ours = inventory.stack_vars(plan.stack, plan.patches)
+    debian12 = compat.NodeInfo(os_id="debian", os_version="12", gcc="12.2.0", python="3.11.2")
+    probed = compat.resolve(stack, debian12)  # as `plan --probe` resolves, with what the nodes run
+    assert inventory.stack_vars(probed.stack, probed.patches) == ours
+    assert compat.preflight_vars(plan.stack)["hvd_preflight_supported_os"] == {"Debian": ["12"]}
     scenario = yaml.safe_load((ROOT / "molecule" / "gpu" / "molecule.yml").read_text())
     theirs = scenario["provisioner"]["inventory"]["group_vars"]["hvd_nodes"]
     driver = yaml.safe_load((ROOT / "molecule" / "driver" / "molecule.yml").read_text())

@@ -177,6 +177,15 @@ def test_unsupported_os_and_small_disk() -> None:
     assert checks(found, "b") == {"os-supported", "disk-free"}
 
 
+def test_a_plan_held_to_one_archive_names_why_with_the_node_it_refuses() -> None:
+    """gpu_repo distro: the resolver planned Debian 12's CUDA package, so an Ubuntu node is refused, saying why."""
+    ubuntu = probe("b", "a", os={"distribution": "Ubuntu", "version": "22.04", "major": "22"})
+    found = judge(b=ubuntu, supported_os={"Debian": ["12"]},
+                  supported_os_why="stack.gpu_repo distro plans that archive's cuda 11.8")
+    assert checks(found, "a") == set() and checks(found, "b") == {"os-supported"}
+    assert found["b"][0]["expected"] == "Debian 12 (stack.gpu_repo distro plans that archive's cuda 11.8)"
+
+
 def test_the_host_look_runs_here_as_the_module_runs_it_and_gives_what_the_judge_reads(tmp_path) -> None:
     """The real look (hvd_node_state with ``look``, run as Ansible runs a module), on this machine, against a
     loopback peer whose ports are closed."""

@@ -14,20 +14,35 @@ from .model import Conflict, NodeInfo
 FROM_WHEELS = ("cudnn", "nccl")
 
 
-def active(stack: dict, draft: _Draft, node: NodeInfo) -> bool:
-    """A GPU stack from the distro's archive, on nodes whose OS the probe read (unread, nothing is known to pin)."""
-    return bool(draft.values["gpu"]) and stack.get("gpu_repo") == "distro" and node.os_id is not None
+def active(stack: dict, draft: _Draft) -> bool:
+    return bool(draft.values["gpu"]) and stack.get("gpu_repo") == "distro"
 
 
-def prepare(stack: dict, os_row: dict | None, draft: _Draft, cat: _Catalog, lines: Mapping[str, int]) -> list[Conflict]:
+def archive_row(cat: _Catalog, node: NodeInfo, os_row: dict | None, draft: _Draft) -> dict | None:
+    """The OS whose archive the plan takes: the probed nodes' own; unprobed (``up`` resolves before it reaches a
+    node), the first OS the matrix knows a toolkit package for (one whose package is the ``cuda`` given, where one
+    is; today only Debian 12 has a row), which the pre-flight then holds the nodes to (``archive_os``). None: a
+    probed OS the matrix lacks (refused as unsupported)."""
+    if node.os_id is not None:
+        return os_row
+    cuda = draft.values.get("cuda")
+    rows = [r for r in cat.m["os"] if "cuda_package" in r]
+    return ([r for r in rows if r["cuda_package"]["cuda"] == cuda] or rows)[0]
+
+
+def archive_os(row: dict) -> dict[str, list[str]]:
+    """hvd_preflight_supported_os for a plan that takes ``row``'s archive (the distribution names Ansible reports)."""
+    return {row["ids"][0].capitalize(): [row["version"]]}
+
+
+def prepare(os_row: dict | None, draft: _Draft, cat: _Catalog, lines: Mapping[str, int]) -> list[Conflict]:
     """Before the search: CUDA is the archive's (``distro_cuda``, checked against a given ``cuda`` and the
     framework by the rules); an OS whose archive has no toolkit is refused (an OS the matrix lacks is refused
     elsewhere)."""
-    line = lines.get("stack.gpu_repo")
-    where = f"{draft.path}:{line}" if line else ""
-    package = (os_row or {}).get("cuda_package")
     if os_row is None:
         return []
+    line = lines.get("stack.gpu_repo")
+    package = os_row.get("cuda_package")
     if package is None:
         name = f"{os_row['ids'][0]} {os_row['version']}"
         supported = "; ".join(f"{r['ids'][0]} {r['version']}" for r in cat.m["os"] if "cuda_package" in r)
@@ -37,7 +52,7 @@ def prepare(stack: dict, os_row: dict | None, draft: _Draft, cat: _Catalog, line
             " use gpu_repo: nvidia",
             (f"stack.gpu_repo=distro{f' (line {line})' if line else ''}", f"node.os={name}"),
             os_row["source"],
-            where,
+            f"{draft.path}:{line}" if line else "",
         )]
     draft.values["distro_cuda"] = package["cuda"]
     draft.given.add("distro_cuda")
@@ -57,6 +72,15 @@ def from_wheels(draft: _Draft, cat: _Catalog) -> list[Conflict]:
     pytorch = draft.values.get("pytorch")
     row = cat.find("pytorch", pytorch) if pytorch else None
     wheel = (row or {}).get("pypi") or {}
+    if not wheel:  # TensorFlow alone: its wheels' pins are not in the matrix
+        return [Conflict(
+            "gpu-repo-distro",
+            "with gpu_repo distro cuDNN and NCCL come from PyTorch's own wheels, and this stack has no PyTorch"
+            " whose wheels the matrix knows; use gpu_repo: nvidia",
+            (draft.label("distro_cuda"), "stack.horovod.frameworks"),
+            cat.m["os"][0]["source"] if row is None else row["source"],
+            draft.where("distro_cuda"),
+        )]
     found = []
     for name in FROM_WHEELS:
         pin = wheel.get(name)

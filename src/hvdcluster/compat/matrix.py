@@ -53,8 +53,8 @@ def nvidia_wheel_sha256() -> dict[str, list[str]]:
 
 
 def preflight_vars(stack: dict) -> dict[str, Any]:
-    """What hvd_preflight checks GPU nodes against for this (resolved) stack: the GPU rules of the matrix
-    and the newest gcc its nvcc accepts; nothing for a CPU-only stack."""
+    """What hvd_preflight checks GPU nodes against for this (resolved) stack: the GPU rules of the matrix, the newest
+    gcc its nvcc accepts, and with gpu_repo distro the OS whose archive it planned; nothing for a CPU-only stack."""
     m = _matrix()
     cuda = stack.get("cuda")
     if not cuda:
@@ -68,6 +68,9 @@ def preflight_vars(stack: dict) -> dict[str, Any]:
     row = _Catalog(m).gcc_limit(str(cuda))
     if row:
         out["hvd_preflight_gcc_max"] = str(row["gcc_max"])
+    if stack.get("archive_os"):  # gpu_repo distro: the plan took that archive's toolkit, so the nodes must run it
+        out["hvd_preflight_supported_os"] = stack["archive_os"]
+        out["hvd_preflight_supported_os_why"] = f"stack.gpu_repo distro plans that archive's cuda {cuda}"
     return out
 
 

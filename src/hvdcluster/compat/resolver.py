@@ -185,7 +185,9 @@ def resolve(
     lines = lines or {}
     os_row = cat.os(node)
     draft = _draft(stack, node, _is_gpu(stack, node, gpu), lines, path)
-    conflicts = distro.prepare(stack, os_row, draft, cat, lines) if distro.active(stack, draft, node) else []
+    archive = distro.archive_row(cat, node, os_row, draft) if distro.active(stack, draft) else None
+    os_row = os_row or archive  # unprobed, the nodes are held to that archive's OS: its defaults (gcc, python) apply
+    conflicts = distro.prepare(archive, draft, cat, lines) if archive else []
     from_distro = "distro_cuda" in draft.values
     horovod = _defaults_before_search(stack, draft, cat)
     _default_python(node, os_row, draft)
@@ -209,6 +211,7 @@ def resolve(
         **({"gpu_repo": stack["gpu_repo"]} if stack.get("gpu_repo") and draft.values["gpu"] else {}),
         **({"without_device": True} if stack.get("without_device") and draft.values["gpu"] else {}),
         **({f"{name}_source": "env" for name in distro.FROM_WHEELS} if from_distro else {}),
+        **({"archive_os": distro.archive_os(archive)} if from_distro and archive else {}),
         **{name: draft.values.get(name) for name in ("driver", "cuda", "cudnn", "nccl", "gcc")},
         "mpi": mpi,
         "python": python,
