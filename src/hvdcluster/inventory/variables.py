@@ -224,4 +224,6 @@ VAR_DOCS["hvd_cuda_host_compiler_packages"] = "= g++-<hvd_stack.gcc>: the host c
 VAR_DOCS["hvd_horovod_nccl_link"] = "SHARED where NCCL comes from NVIDIA's wheel (it has no static library)."
 VAR_DOCS["hvd_cuda_host_cxx"] = "= /usr/bin/g++-<hvd_stack.gcc> (CUDAHOSTCXX for CUDA builds)."
 VAR_DOCS["hvd_preflight_gpu_rules"] = "GPU models -> CUDA and driver limits (version matrix), for hvd_preflight."
+VAR_DOCS["hvd_preflight_supported_os"] = "gpu_repo distro: only the OS whose archive's CUDA toolkit the plan took."
+VAR_DOCS["hvd_preflight_supported_os_why"] = "Shown with a node the pre-flight refuses for its OS."
 VAR_DOCS["hvd_preflight_gcc_max"] = "Newest gcc the planned nvcc accepts (version matrix), for hvd_preflight."
