@@ -26,7 +26,7 @@ def archive_row(cat: _Catalog, node: NodeInfo, os_row: dict | None, draft: _Draf
     if node.os_id is not None:
         return os_row
     cuda = draft.values.get("cuda")
-    rows = [r for r in cat.m["os"] if "cuda_package" in r]
+    rows = cat.archives()
     return ([r for r in rows if r["cuda_package"]["cuda"] == cuda] or rows)[0]
 
 
@@ -45,7 +45,7 @@ def prepare(os_row: dict | None, draft: _Draft, cat: _Catalog, lines: Mapping[st
     package = os_row.get("cuda_package")
     if package is None:
         name = f"{os_row['ids'][0]} {os_row['version']}"
-        supported = "; ".join(f"{r['ids'][0]} {r['version']}" for r in cat.m["os"] if "cuda_package" in r)
+        supported = "; ".join(f"{r['ids'][0]} {r['version']}" for r in cat.archives())
         return [Conflict(
             "gpu-repo-distro",
             f"{name} has no CUDA toolkit package hvdcluster knows in its own archive (known: {supported});"
@@ -90,7 +90,7 @@ def from_wheels(draft: _Draft, cat: _Catalog) -> list[Conflict]:
                 f"with gpu_repo distro {name} comes from pytorch {pytorch}'s own wheels"
                 f" ({name} {pin or 'none'}), not {name} {draft.values[name]}",
                 (draft.label(name), draft.label("distro_cuda")),
-                wheel.get("source") or (row or {}).get("source", ""),
+                wheel["source"],
                 draft.where(name),
             ))
         elif pin and name not in draft.given:

@@ -109,14 +109,19 @@ def _involving_the_user(draft: _Draft, conflicts: list[Conflict]) -> list[Confli
 # --------------------------------------------------------------------------------------------- inputs
 
 
+def _requirements(packages: Iterable[str]) -> Iterable[tuple[str, Requirement]]:
+    """The entries of ``python.packages`` that parse as requirements, each with its parse (pip refuses the rest)."""
+    for entry in packages:
+        try:
+            yield entry, Requirement(entry)
+        except InvalidRequirement:
+            continue
+
+
 def _package_pins(packages: Iterable[str]) -> dict[str, tuple[str, Requirement]]:
     """Framework requirements among ``python.packages``: kind -> (the entry, its parsed requirement)."""
     pins = {}
-    for entry in packages:
-        try:
-            req = Requirement(entry)
-        except InvalidRequirement:
-            continue
+    for entry, req in _requirements(packages):
         kind = _PACKAGE_NAMES.get(canonicalize_name(req.name))
         if kind:
             pins[kind] = (entry, req)

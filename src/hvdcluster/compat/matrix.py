@@ -153,6 +153,10 @@ class _Catalog:
             None,
         )
 
+    def archives(self) -> list[dict]:
+        """The OS rows whose own archive carries a CUDA toolkit package (``cuda_package``), for gpu_repo distro."""
+        return [row for row in self.m["os"] if "cuda_package" in row]
+
     def horovod_breaks(self, horovod: str, component: str) -> Iterator[dict]:
         """The breaks of a Horovod release on ``component`` that no carried patch lifts."""
         row = self.find("horovod", horovod) or {}

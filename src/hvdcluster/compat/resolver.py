@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_defaults import ENV_PREFIX
 
 from . import distro
-from .draft import _conflicts, _draft, _Draft, _involving_the_user, _is_gpu, _package_pins
+from .draft import _conflicts, _draft, _Draft, _involving_the_user, _is_gpu, _package_pins, _requirements
 from .matrix import _Catalog, _matrix
 from .model import Conflict, NodeInfo, Plan, ResolveError
 from .search import _Filler
@@ -114,7 +114,7 @@ def _python(stack: dict, draft: _Draft, cat: _Catalog) -> dict:
         if kind not in pins:
             packages.append(pin)
         draft.shown[kind] = pin
-    listed = {canonicalize_name(Requirement(p).name) for p in packages if _parses(p)}
+    listed = {canonicalize_name(req.name) for _, req in _requirements(packages)}
     for kind in ("pytorch", "tensorflow"):
         row = cat.find(kind, draft.values.get(kind)) if draft.values.get(kind) else None
         for need in (row or {}).get("build_requires", ()):
@@ -125,13 +125,6 @@ def _python(stack: dict, draft: _Draft, cat: _Catalog) -> dict:
     python["packages"] = packages
     return {**python, **given}
 
-
-def _parses(entry: str) -> bool:
-    try:
-        Requirement(entry)
-    except InvalidRequirement:
-        return False
-    return True
 
 
 def _default_python(node: NodeInfo, os_row: dict | None, draft: _Draft) -> None:

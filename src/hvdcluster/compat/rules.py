@@ -121,7 +121,7 @@ def _pytorch_vs_distro_cuda(cat: _Catalog, pytorch: str, distro_cuda: str) -> It
 
 def _cuda_vs_distro_cuda(cat: _Catalog, cuda: str, distro_cuda: str) -> Iterator[Finding]:
     if _mm(cuda) != _mm(distro_cuda):
-        packages = [row["cuda_package"] for row in cat.m["os"] if "cuda_package" in row]
+        packages = [row["cuda_package"] for row in cat.archives()]
         source = next((p["source"] for p in packages if p["cuda"] == distro_cuda), packages[0]["source"])
         yield f"gpu_repo distro installs the archive's cuda {distro_cuda}, not cuda {cuda}", source
 
