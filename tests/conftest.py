@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent  # the venv that runs the tests: ansible, molecule, linters
+
+
+def readme_golden_image() -> str:
+    """The golden-image `stack:` line README gives for hosts.yaml, as written there."""
+    [written] = re.findall(r"`(stack: \{driver: .*?without_device: true\})` in `hosts.yaml`",
+                           (ROOT / "README.md").read_text())
+    return written
 
 
 # Real recorded GPU and fabric tool outputs (no GPU is reachable here): ../shared/fixtures-gpu next to the checkout,

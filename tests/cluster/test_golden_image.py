@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from tests.cluster.conftest import SUDO_USER, Cli, changed_tasks
-from tests.conftest import ROOT
+from tests.conftest import readme_golden_image
 from tests.lab import Lab, build_kernel_image
 
 pytestmark = pytest.mark.containers
@@ -29,15 +29,9 @@ NAME = "gold"
 ENV = "/opt/hvd/env"
 
 
-def _readme_stack() -> dict:
-    [written] = re.findall(r"`(stack: \{driver: .*?without_device: true\})` in `hosts.yaml`",
-                           (ROOT / "README.md").read_text())
-    return yaml.safe_load(written)["stack"]
-
-
 @pytest.fixture(scope="module")
 def lab(node_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
-    lab = Lab(NAME, 1, tmp_path_factory.mktemp(NAME), stack=_readme_stack(), user=SUDO_USER,
+    lab = Lab(NAME, 1, tmp_path_factory.mktemp(NAME), stack=yaml.safe_load(readme_golden_image())["stack"], user=SUDO_USER,
               image=build_kernel_image())
     lab.up()
     yield lab

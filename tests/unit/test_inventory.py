@@ -19,10 +19,9 @@ import yaml
 
 from hvdcluster import compat, inventory, spec
 from hvdcluster.errors import HvdError
-from tests.conftest import ROOT
+from tests.conftest import ROOT, readme_golden_image
 
 EXPECTED = Path(__file__).parent / "expected" / "inventory"
-README = ROOT / "README.md"
 FIXTURES = Path(__file__).parent / "bad_hosts" / "fixtures"  # id_test: a private key's shape; ca.pem: a real cert
 
 HOSTS = """\
@@ -214,8 +213,7 @@ def test_the_readmes_golden_image_writes_the_variables_the_gpu_scenario_converge
     with that hosts.yaml runs the stack those scenarios prove. Left to the scenario: the packages it pins exactly
     (torch 2.0.1 in the resolver's 2.0 series, and the NCCL wheel torch 2.0.1 pins anyway), and what a node with no
     GPU cannot tell the build (its compute capabilities)."""
-    [written] = re.findall(r"`(stack: \{driver: .*?without_device: true\})` in `hosts.yaml`", README.read_text())
-    hosts = f"cluster: img\nhosts: [10.0.0.1]\n{written}\n"
+    hosts = f"cluster: img\nhosts: [10.0.0.1]\n{readme_golden_image()}\n"
     stack = spec.loads(hosts, "hosts.yaml").stack
     plan = compat.resolve(stack)  # as `up` resolves: before it reaches a node
     ours = inventory.stack_vars(plan.stack, plan.patches)
