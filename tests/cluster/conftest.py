@@ -58,6 +58,13 @@ class Cli:
             pytest.fail(f"no JSON from up (rc {proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-4000:]}")
         return proc.returncode, doc, proc.stderr
 
+    def check_json(self, *args: str) -> tuple[int, dict]:
+        proc = self("check", "hosts.yaml", "--json", *args)
+        try:
+            return proc.returncode, json.loads(proc.stdout)
+        except json.JSONDecodeError:
+            pytest.fail(f"no JSON from check (rc {proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-3000:]}")
+
 
 # The login user of the shared clusters is not root (README's own example): passwordless sudo.
 SUDO_USER = "hvdadmin"

@@ -6,12 +6,20 @@ toolkit, PyTorch 2.0's cuDNN and NCCL wheels, Horovod compiled with NCCL. Nothin
 machine's kernel). Then `check` reads the node in sync (the module guard included) and a second `up` changes
 nothing.
 
+Then the image's day 2 (issue 24), on the same node, each step through `check` and `up` as an operator runs them:
+persistence mode taken out of the boot (named, put back); a newer kernel image whose headers apt cannot give (check
+names node, kernel and cause; `up` refuses before any reboot); its headers installed with DKMS's hook set aside and
+their tree broken (the failed build named with its make.log); the tree mended (`up` builds the modules for both
+kernels, `check` in sync). The scenario molecule/driver holds the same plays for role authors; the full tier
+proves them here, through the user's door, on the node it has already built (one DKMS build less per run).
+
 The env and the Horovod wheel land in the shared controller cache (HVDCLUSTER_CACHE, by default ~/.cache/hvdcluster):
 a rerun on the same machine builds neither. The first `up`'s wall time is printed (pytest -s).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -100,3 +108,101 @@ def test_a_second_up_changes_nothing(converged) -> None:
     rc, doc, err = cli.up_json()
     assert rc == 0, err[-4000:]
     assert doc["hosts"]["node1"]["changed"] == 0 and doc["fast_path"]["in_sync"] == ["node1"], doc
+
+
+def test_the_image_blacklists_nouveau_at_boot_and_keeps_persistence_mode(converged, lab: Lab) -> None:
+    kernel = _kernel(lab)
+    initramfs = lab.exec(1, "lsinitramfs", f"/boot/initrd.img-{kernel}")
+    assert initramfs.returncode == 0, initramfs.stderr
+    assert [f for f in initramfs.stdout.split() if f.endswith("modprobe.d/hvd-blacklist-nouveau.conf")], (
+        "no nouveau blacklist in the initramfs")
+    persistenced = lab.exec(1, "dpkg-query", "-W", "-f", "${Status}", "nvidia-persistenced")
+    assert persistenced.stdout == "install ok installed", persistenced.stdout + persistenced.stderr
+    fact = json.loads(lab.exec(1, "cat", "/etc/ansible/facts.d/hvd_nvidia_driver.fact").stdout)["fabric"]
+    assert fact["persistence"]["wanted"] and not fact["fabricmanager"]["wanted"], fact
+    assert not fact["peermem"]["wanted"] and "cannot tell whether its machines have InfiniBand" in fact["peermem"]["why"]
+
+
+def _named(doc: dict, item: str) -> dict:
+    found = {d["item"]: d for d in doc["drifted"].get("node1", [])}
+    assert item in found, doc
+    return found[item]
+
+
+def test_persistence_taken_out_of_the_boot_is_named_by_check_and_put_back_by_up(converged, lab: Lab) -> None:
+    cli, _ = converged
+    link = "/etc/systemd/system/multi-user.target.wants/nvidia-persistenced.service"
+    assert lab.exec(1, "rm", link).returncode == 0
+    rc, doc = cli.check_json()
+    assert rc == 1 and _named(doc, "driver.persistence")["found"] == "nvidia-persistenced.service not enabled at boot"
+    rc, up, err = cli.up_json()
+    assert rc == 0 and up["converged"] == ["node1"], err[-4000:]
+    assert lab.exec(1, "test", "-L", link).returncode == 0
+    rc, doc = cli.check_json()
+    assert rc == 0 and doc["drifted"] == {}, doc
+
+
+@pytest.fixture(scope="module")
+def newer(converged, lab: Lab) -> str:
+    """A newer kernel image arrives (the cloud flavour sorts after the generic one: the boot loader would start it)
+    while apt cannot give its headers (pinned away, as on a mirror that lags behind)."""
+    pin = "Package: linux-headers-*cloud*\nPin: release *\nPin-Priority: -1\n"
+    done = lab.exec(1, "sh", "-c", f"printf '{pin}' > /etc/apt/preferences.d/hvd-test-no-headers && apt-get update -q "
+                                   ">/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+                                   "--no-install-recommends linux-image-cloud-amd64 >/dev/null")
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = lab.exec(1, "sh", "-c", "ls /boot | sed -n 's/^vmlinuz-\\(.*cloud.*\\)/\\1/p'").stdout.split()
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_a_newer_kernel_without_headers_is_named_by_check_and_up_refuses_before_any_reboot(converged, lab: Lab,
+                                                                                          newer: str) -> None:
+    cli, _ = converged
+    rc, doc = cli.check_json()
+    assert rc == 1, doc
+    assert _named(doc, "driver.next_boot")["found"] == (
+        f"{newer} has no NVIDIA module (nvidia, nvidia-modeset, nvidia-uvm): headers missing"), doc
+    rc, up, err = cli.up_json()
+    assert rc == 1, err[-4000:]
+    [failure] = up["failures"]
+    assert failure["host"] == "node1", failure
+    assert f"node1: next boot kernel {newer} has no NVIDIA module" in failure["message"], failure
+    assert f"headers missing (install linux-headers-{newer})" in failure["message"], failure
+
+
+def test_a_dkms_build_that_fails_is_named_with_the_last_lines_of_its_make_log(converged, lab: Lab, newer: str) -> None:
+    """The headers can be had now, and land with DKMS's kernel hook set aside (as when the hook was missing or the
+    node was cut off mid-install), but their tree is broken: the generated configuration header is missing, as after
+    a headers package only partly unpacked."""
+    cli, _ = converged
+    hook = "/etc/kernel/header_postinst.d/dkms"
+    done = lab.exec(1, "sh", "-c", f"rm /etc/apt/preferences.d/hvd-test-no-headers && mv {hook} /root/dkms-hook && "
+                                   "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "
+                                   f"linux-headers-{newer} >/dev/null; rc=$?; mv /root/dkms-hook {hook}; [ $rc = 0 ] && "
+                                   f"mv /usr/src/linux-headers-{newer}/include/generated/autoconf.h /root/autoconf.h")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "installed" not in lab.exec(1, "dkms", "status", "-k", newer).stdout
+    rc, up, err = cli.up_json()
+    assert rc == 1, err[-4000:]
+    [failure] = up["failures"]
+    assert f"next boot kernel {newer} has no NVIDIA module" in failure["message"], failure
+    assert "DKMS build failed" in failure["message"] and re.search(r"DKMS make\.log: .+", failure["message"]), failure
+    rc, doc = cli.check_json()
+    assert rc == 1 and re.fullmatch(rf"{re.escape(newer)} has no NVIDIA module .*: DKMS build failed",
+                                    _named(doc, "driver.next_boot")["found"]), doc
+
+
+def test_with_the_header_tree_mended_up_builds_the_modules_and_check_is_in_sync(converged, lab: Lab, newer: str) -> None:
+    cli, _ = converged
+    kernel = sorted(set(lab.exec(1, "sh", "-c", "ls /boot | sed -n 's/^vmlinuz-//p'").stdout.split()) - {newer})
+    done = lab.exec(1, "mv", "/root/autoconf.h", f"/usr/src/linux-headers-{newer}/include/generated/autoconf.h")
+    assert done.returncode == 0, done.stderr
+    rc, up, err = cli.up_json()
+    assert rc == 0 and up["converged"] == ["node1"], err[-4000:]
+    assert re.search(rf"^nvidia(-current)?/535[\d.]*, {re.escape(newer)}, x86_64: installed",
+                     lab.exec(1, "dkms", "status", "-k", newer).stdout, re.M)
+    fact = json.loads(lab.exec(1, "cat", "/etc/ansible/facts.d/hvd_nvidia_driver.fact").stdout)
+    assert sorted(fact["built_for"]) == sorted([*kernel, newer]), fact
+    rc, doc = cli.check_json()
+    assert rc == 0 and doc["drifted"] == {}, doc

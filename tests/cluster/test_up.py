@@ -122,17 +122,9 @@ def node_files(lab: Lab, index: int) -> str:
     return lab.exec(index, "sh", "-c", listing).stdout
 
 
-def check_json(hvd, *args: str) -> tuple[int, dict]:
-    proc = hvd("check", "hosts.yaml", "--json", *args)
-    try:
-        return proc.returncode, json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        pytest.fail(f"no JSON from check (rc {proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-3000:]}")
-
-
 def test_check_on_a_converged_cluster_exits_0_and_changes_nothing(hvd, lab3: Lab) -> None:
     before = [node_files(lab3, i) for i in (1, 2, 3)]
-    rc, doc = check_json(hvd)
+    rc, doc = hvd.check_json()
     assert rc == 0 and doc["in_sync"] == ["node1", "node2", "node3"] and doc["drifted"] == {}, doc
     assert [node_files(lab3, i) for i in (1, 2, 3)] == before
     text = hvd("check", "hosts.yaml")
@@ -239,7 +231,7 @@ def test_drift_on_one_node_is_named_by_check_and_repaired_by_up_leaving_the_othe
     for kind in kinds:
         done = lab3.exec(2, "sh", "-c", DRIFTS[kind][0])
         assert done.returncode == 0, (kind, done.stdout + done.stderr)
-    rc, doc = check_json(hvd)
+    rc, doc = hvd.check_json()
     assert rc == 1 and list(doc["drifted"]) == ["node2"], doc
     named = {d["item"]: d for d in doc["drifted"]["node2"]}
     for kind in kinds:
@@ -261,7 +253,7 @@ def test_drift_on_one_node_is_named_by_check_and_repaired_by_up_leaving_the_othe
     assert up["fast_path"]["in_sync"] == ["node1", "node3"] and up["converged"] == ["node2"], up.get("fast_path")
     assert up["hosts"]["node1"]["changed"] == 0 and up["hosts"]["node3"]["changed"] == 0
     assert [node_files(lab3, i) for i in (1, 3)] == others
-    rc, doc = check_json(hvd)
+    rc, doc = hvd.check_json()
     assert rc == 0 and doc["drifted"] == {}, doc
 
 
@@ -283,7 +275,7 @@ def test_what_no_role_repairs_is_named_by_check_and_by_up_and_never_recorded(hvd
                                     "&& rm /etc/os-release && cp /root/osr /etc/os-release")
     assert done.returncode == 0, done.stderr
     try:
-        rc, doc = check_json(hvd)
+        rc, doc = hvd.check_json()
         assert rc == 1 and [d["item"] for d in doc["drifted"]["node2"]] == ["os.release"], doc
         assert doc["drifted"]["node2"][0]["role"] == ""
         for args in ((), ("--full",)):
@@ -294,7 +286,7 @@ def test_what_no_role_repairs_is_named_by_check_and_by_up_and_never_recorded(hvd
         assert (inventory / "node2.json").read_text() == before
     finally:
         lab3.exec(2, "sh", "-c", "rm -f /etc/os-release && cp -P /root/os-release.saved /etc/os-release")
-    rc, doc = check_json(hvd)
+    rc, doc = hvd.check_json()
     assert rc == 0, doc
     # the failed converges recorded no inputs: the next up converges every node, and records them again
     rc, up, err = hvd.up_json()
@@ -441,7 +433,7 @@ def test_a_node_lost_mid_converge_is_named_alone_and_the_others_finish_proven(hv
         lab3.start(3)
     rc, up, err = hvd.up_json()
     assert rc == 0, err[-4000:]
-    rc, doc = check_json(hvd)
+    rc, doc = hvd.check_json()
     assert rc == 0, doc
 
 
@@ -531,7 +523,7 @@ def test_a_rolling_up_changes_one_node_at_a_time_and_waits_for_the_job_on_node3(
         text[-3000:]
     assert "changed and proven: node1, node2, node3" in text
     assert [run_dir(lab3, i) for i in (1, 2, 3)] == [[], [], []]
-    rc, check = check_json(hvd)
+    rc, check = hvd.check_json()
     assert rc == 0, check
     assert all(lab3.exec(i, "/opt/hvd/env/bin/python", "-c", "import six").returncode == 0 for i in (1, 2, 3))
     rc, doc, err = hvd.up_json("--rolling", "--batch", "1")

@@ -12,6 +12,14 @@ from tests.conftest import BIN, ROOT, tool
 
 SCENARIOS = sorted(p.name for p in (ROOT / "molecule").iterdir() if (p / "molecule.yml").is_file())
 
+# Scenarios whose plays the full tier runs elsewhere, on a node it has built already, instead of building one more:
+# `driver` converges the variables README's golden image gives (tests/unit/test_inventory.py holds them equal), and
+# tests/cluster/test_golden_image.py runs that converge, its idempotence and its verify's day 2 (the guard, the failed
+# DKMS build, the repair) through `up` and `check`: one DKMS build and one node less per run. Role authors still run
+# `molecule test -s driver` (or HVD_MOLECULE_ALL=1 tests/run.sh -k molecule); here molecule only reads it.
+ELSEWHERE = {"driver": ROOT / "tests" / "cluster" / "test_golden_image.py"}
+RUN_HERE = SCENARIOS if os.environ.get("HVD_MOLECULE_ALL") == "1" else [s for s in SCENARIOS if s not in ELSEWHERE]
+
 
 def _conda_channel() -> dict[str, str]:
     """The conda scenario's local channel (built offline with rattler-build, cached by its recipes' hash)."""
@@ -41,8 +49,17 @@ PREPARE = {"conda": lambda _: _conda_channel(), "horovod": lambda tmp: _empty_ca
            "driver": lambda _: _kernel_image()}
 
 
+@pytest.mark.parametrize("scenario", sorted(ELSEWHERE))
+def test_a_scenario_proven_elsewhere_is_read_by_molecule_and_named_where_it_runs(scenario: str) -> None:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "ANSIBLE_NOCOLOR": "1", "NO_COLOR": "1"}
+    proc = subprocess.run([tool("molecule"), "syntax", "-s", scenario], cwd=ROOT, env=env, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert f"molecule/{scenario}" in ELSEWHERE[scenario].read_text()
+
+
 @pytest.mark.containers
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("scenario", RUN_HERE)
 def test_molecule_scenario_converges_idempotently_and_verifies(scenario: str, packaged_image: str,
                                                                 tmp_path: Path) -> None:
     """Each scenario names its image: the bare node, or the one with the roles' distro packages (both built here)."""
