@@ -9,7 +9,7 @@ import glob
 import os
 import re
 
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import on_node, resolve, under
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import on_node, read_text, resolve, under
 
 # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  ..." or "... Kernel Module for aarch64  550.54.15 ..."
 _LOADED = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
@@ -17,6 +17,9 @@ _NVML = re.compile(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)*)")
 # where distributions put NVML: /usr/lib/x86_64-linux-gnu (Debian, Ubuntu), /usr/lib64 (RHEL), /usr/lib
 NVML_GLOBS = ("lib*/libnvidia-ml.so.*", "lib*/*/libnvidia-ml.so.*")
 LOADER_CONF = "/etc/ld.so.conf"
+MOUNTINFO = "/proc/self/mountinfo"
+# Mount points a machine's own system lies on: a library below one of them is the node's own, not one handed in.
+SYSTEM_MOUNTS = frozenset({"/", "/usr", "/usr/local", "/opt", "/var"})
 
 
 def loaded_version(proc_text: str) -> str:
@@ -81,3 +84,33 @@ def find_nvml(root: str = "/") -> list[str]:
             if installed_version(target) and os.path.isfile(target):
                 found.append(target)
     return list(dict.fromkeys(found))
+
+
+def mount_points(root: str = "/") -> list[str]:
+    """The mount points the node's /proc/self/mountinfo lists (its fifth field, octal escapes undone), in order."""
+    text = read_text(under(root, MOUNTINFO)) or ""
+    points = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) > 4:
+            points.append(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
+    return points
+
+
+def given_versions(root: str, paths: list[str]) -> list[str]:
+    """The driver versions whose NVML library (among ``paths``, found under ``root``) is handed in from outside: it
+    lies on a mount of its own (the file itself, as the NVIDIA Container Toolkit mounts each library, or a folder
+    such as /usr/local/nvidia), not on the node's own system. A container's driver is then the host's: its kernel
+    module is the host's, and a user space installed beside it would not match it."""
+    points = mount_points(root)
+    given = []
+    for path in paths:
+        version = installed_version(path)
+        if not version:
+            continue
+        node_path = on_node(root, path)
+        holder = max((p for p in points if node_path == p or node_path.startswith(p.rstrip("/") + "/")),
+                     key=len, default="/")
+        if holder not in SYSTEM_MOUNTS:
+            given.append(version)
+    return sorted(set(given))

@@ -19,7 +19,8 @@ import stat
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_defaults import RUN_DIR
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import (
     MANIFEST, add_stamped, manifest_entry_differs, read_manifest, read_text, resolve, sha256_of, under, walk_tree)
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_driver import find_nvml, installed_versions, loaded_version
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_driver import (
+    find_nvml, given_versions, installed_versions, loaded_version)
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import PIECES, loaded_modules
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import state as fabric_state
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_kernel import guard_item, module_guard, uu_blacklist, uu_blacklisted
@@ -138,14 +139,16 @@ def packages_state(root: str, names: list[str]) -> dict:
 
 
 def driver_state(root: str) -> dict:
-    """``driver.installed`` (NVML's versioned library file), ``driver.loaded`` (/proc) and ``gpu.count`` (fact).
+    """``driver.installed`` (NVML's versioned library file), ``driver.loaded`` (/proc) and ``gpu.count`` (fact);
+    ``driver.given`` where that library is handed in from outside (a container given the host's driver).
 
     Where the driver has kernel modules (hvd_nvidia_driver's fact says ``mode: kernel``, or ``image`` for an image
     being built) also ``driver.next_boot``:
     "ok" when the kernel the boot loader starts next has the nvidia, nvidia-modeset and nvidia-uvm modules (whatever
     kernel that is, so healthy peers read alike), else "<kernel> has no NVIDIA module (<missing>): <cause>"
     (plugins/module_utils/hvd_kernel.py). CPU nodes and containers have no such item."""
-    found = installed_versions(find_nvml(root))
+    nvml = find_nvml(root)
+    found = installed_versions(nvml)
     loaded = loaded_version(read_text(under(root, "/proc/driver/nvidia/version")) or "")
     fact = read_fact(root, "hvd_nvidia_driver") or {}
     try:
@@ -153,6 +156,9 @@ def driver_state(root: str) -> dict:
     except (TypeError, ValueError):
         count = 0
     out = {"driver.installed": ",".join(found) or ABSENT, "driver.loaded": loaded or ABSENT, "gpu.count": count}
+    given = given_versions(root, nvml)
+    if given:  # a container given the host's driver: hvd_nvidia_driver installs none there (mode host)
+        out["driver.given"] = ",".join(given)
     if fact.get("mode") in ("kernel", "image"):
         out["driver.next_boot"] = guard_item(module_guard(root))
         fabric = fact.get("fabric") if isinstance(fact.get("fabric"), dict) else {}

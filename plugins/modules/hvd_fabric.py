@@ -18,7 +18,8 @@ description:
   - Only reads files; safe in check mode.
 options:
   mode:
-    description: The driver's mode on this node (hvd_nvidia_driver), C(kernel), C(image), C(user-space) or C(skipped).
+    description: The driver's mode on this node (hvd_nvidia_driver), C(kernel), C(image), C(user-space), C(host) or
+      C(skipped).
     type: str
     required: true
   persistence:

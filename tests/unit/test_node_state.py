@@ -292,6 +292,39 @@ def test_a_driver_mounted_from_outside_is_found_where_the_loader_is_configured_t
     assert state["driver.installed"] == state["driver.loaded"] == "580.159.04"
 
 
+
+MOUNTINFO = """\
+1180 1101 0:355 / / rw,relatime master:509 - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/A
+1183 1180 0:358 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw
+1201 1180 259:1 /var/lib/docker/containers/x/hosts /etc/hosts rw,relatime - ext4 /dev/nvme0n1p1 rw
+{lines}"""
+
+
+@pytest.mark.parametrize("mounted", ["/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.159.04", "/usr/local/nvidia"])
+def test_a_driver_handed_into_a_container_is_read_as_given(node: Path, mounted: str) -> None:
+    """The NVIDIA Container Toolkit mounts each library file of the host's driver into the container; other
+    platforms mount a folder (the workplace's GPU machine: /usr/local/nvidia). Either way the library lies on a mount
+    of its own: driver.given. Where it lies on the node's own system (its root, a separate /usr), it is not."""
+    for path in node.rglob("libnvidia-ml.so*"):
+        path.unlink()
+    folder = "/usr/lib/x86_64-linux-gnu" if mounted.endswith(".04") else mounted + "/lib64"
+    write(node, f"{folder}/libnvidia-ml.so.580.159.04", b"\x7fELF")
+    write(node, "/etc/ld.so.conf", f"{folder}\n")
+    line = f"1300 1180 259:1 /host{mounted} {mounted} ro,nosuid,nodev,relatime master:1 - ext4 /dev/nvme0n1p1 ro"
+    write(node, "/proc/self/mountinfo", MOUNTINFO.format(lines=line + "\n"))
+    state = look(node)
+    assert state["driver.installed"] == state["driver.given"] == "580.159.04", state
+    write(node, "/proc/self/mountinfo", MOUNTINFO.format(lines="1300 1180 259:2 / /usr rw - ext4 /dev/sda2 rw\n"))
+    assert "driver.given" not in look(node)
+    (node / "proc/self/mountinfo").unlink()
+    assert "driver.given" not in look(node)
+
+
+def test_mount_points_are_read_with_their_escapes_undone(node: Path) -> None:
+    write(node, "/proc/self/mountinfo", MOUNTINFO.format(lines="9 1180 0:1 / /srv/a\\040b\\134c rw - tmpfs t rw\n"))
+    assert hvd_driver.mount_points(str(node)) == ["/", "/proc", "/etc/hosts", "/srv/a b\\c"]
+
+
 def test_debians_driver_behind_its_alternatives_links_is_read_by_the_file_they_lead_to(node: Path) -> None:
     """Debian's libnvidia-ml1 (non-free 535) puts the versioned library in nvidia/current/ and reaches it through
     /etc/alternatives: only libnvidia-ml.so.1 lies where the loader looks. Before, `check` read "absent" there (the

@@ -1,0 +1,90 @@
+"""A container the host hands its NVIDIA driver to, as the NVIDIA Container Toolkit does: the driver's libraries are
+mounted into it, file by file, from the host. The kernel module is the host's; a user space installed beside it would
+not match it ("Driver/library version mismatch"). hvd_nvidia_driver must leave it alone, and refuse a stack that asks
+for another driver, naming both, through the path an ops team runs: `hvdcluster inventory`, then
+`ansible-playbook -i inventories/<cluster> playbooks/nvidia_driver.yml`, logged in as a non-root sudo user.
+
+Mocked, because no GPU is here: the mounted NVML library is a file named as the toolkit names it
+(libnvidia-ml.so.580.159.04, the driver of the GPU machine lent on 2026-11-26) holding no real library, and no kernel
+module is loaded. The mount itself is real (`docker run -v`), and it is what the role reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.cluster.conftest import SUDO_USER, Cli
+from tests.conftest import BIN, ROOT
+from tests.lab import Lab
+
+pytestmark = pytest.mark.containers
+
+NAME = "hdrv"
+GIVEN = "580.159.04"
+NVML = f"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{GIVEN}"
+OURS = ["libcuda1", "libnvidia-ml1", "nvidia-smi", "nvidia-kernel-dkms", "cuda-drivers"]
+
+
+@pytest.fixture(scope="module")
+def lab(node_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
+    work = tmp_path_factory.mktemp(NAME)
+    library = work / "host-libnvidia-ml.so"
+    library.write_bytes(b"\x7fELF")
+    lab = Lab(NAME, 1, work, stack={"driver": "580"}, user=SUDO_USER,
+              docker_args={1: ["-v", f"{library}:{NVML}:ro"]})
+    lab.up()
+    yield lab
+    lab.down()
+
+
+def _play(installed: Path, lab: Lab, *extra: str) -> subprocess.CompletedProcess[str]:
+    """hosts.yaml rendered to an inventory by the CLI, then the driver's playbook from the checkout, as ops run it."""
+    made = Cli(installed, lab.workdir)("inventory", "hosts.yaml")
+    assert made.returncode == 0, made.stderr
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_CALLBACK_RESULT_FORMAT": "json", "ANSIBLE_DISPLAY_OK_HOSTS": "true"}
+    return subprocess.run([str(BIN / "ansible-playbook"), "-i", str(lab.workdir / "inventories" / NAME),
+                           str(ROOT / "playbooks" / "nvidia_driver.yml"), *extra], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+
+
+def _ours(lab: Lab) -> list[str]:
+    """The driver packages dpkg has installed on the node."""
+    listed = lab.exec(1, "dpkg-query", "-W", "-f", "${Package} ${Status}\n", *OURS)
+    return sorted(line.split()[0] for line in listed.stdout.splitlines() if line.endswith(" installed"))
+
+
+def test_the_hosts_driver_is_kept_and_nothing_is_installed_beside_it(installed: Path, lab: Lab) -> None:
+    proc = _play(installed, lab)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    assert f"node1: the host's NVIDIA driver {GIVEN} is mounted into this container: nothing installed" in " ".join(
+        proc.stdout.split()), proc.stdout[-4000:]
+    assert _ours(lab) == []
+    fact = json.loads(lab.exec(1, "cat", "/etc/ansible/facts.d/hvd_nvidia_driver.fact").stdout)
+    assert fact["mode"] == "host" and fact["installed"] == GIVEN and fact["packages"] == [], fact
+    assert not fact["mismatch"] and not fact["reboot_required"], fact
+    again = _play(installed, lab)
+    assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout[-4000:]
+    checked = _play(installed, lab, "--check")
+    assert checked.returncode == 0 and "changed=0" in checked.stdout, checked.stdout[-4000:]
+
+
+def test_a_stack_asking_for_another_driver_is_refused_naming_both_and_installs_nothing(installed: Path,
+                                                                                       lab: Lab) -> None:
+    lab.stack = {"driver": "535"}
+    lab.write_hosts_yaml()
+    try:
+        proc = _play(installed, lab)
+    finally:
+        lab.stack = {"driver": "580"}
+        lab.write_hosts_yaml()
+    assert proc.returncode == 2, (proc.stdout + proc.stderr)[-4000:]
+    said = " ".join(proc.stdout.split())
+    assert (f"node1: the NVIDIA driver is the host's ({GIVEN}, its libraries mounted into this container); the stack "
+            "asks for 535, which a container cannot change: set the stack's driver to 580") in said, said[-4000:]
+    assert _ours(lab) == []
