@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -28,7 +29,7 @@ import pytest
 import yaml
 
 from tests.cluster.conftest import SUDO_USER, Cli, changed_tasks
-from tests.conftest import readme_golden_image
+from tests.conftest import ROOT, readme_golden_image
 from tests.lab import Lab, build_kernel_image
 
 pytestmark = pytest.mark.containers
@@ -94,6 +95,60 @@ def test_up_installs_the_distros_cuda_and_builds_horovod_with_nccl_from_the_fram
     # hvd_nccl unpacked PyTorch's own NCCL wheel into its prefix; Horovod links it there, shared
     assert re.search(r"libnccl\.so\.2 => /opt/hvd/nccl/lib/libnccl\.so\.2 ", linked.stdout), linked.stdout
     assert re.search(r"libcudart\.so\.11\.0 => ", linked.stdout), linked.stdout
+
+
+
+NCCL_PROBE = """\
+import importlib.metadata as m, torch, horovod.torch as hvd
+print("wheel", m.version("nvidia-nccl-cu11"))
+print("torch", ".".join(map(str, torch.cuda.nccl.version())), torch.version.cuda)
+print("horovod", hvd.nccl_built())
+print("cudnn", torch.backends.cudnn.version())
+"""
+CUDA_PROGRAM = """\
+#include <cstdio>
+__global__ void add(float *x) { x[threadIdx.x] += 1.0f; }
+int main() { printf("nvcc-ok\\n"); return 0; }
+"""
+
+
+def test_the_stack_is_what_a_user_relies_on_over_non_interactive_ssh(converged, lab: Lab) -> None:
+    """What molecule/gpu verifies, on the node README's spec made: the pins held, the node's own apt sources with
+    contrib and non-free, nvcc and NCCL found by a non-interactive SSH command, the login environment, device code
+    compiled for sm_80 with the host compiler nvcc takes, one NCCL from the header to the wheel to PyTorch to
+    Horovod, and an allreduce of the NCCL-built Horovod on CPU tensors (Gloo, two ranks)."""
+    held = lab.exec(1, "apt-mark", "showhold").stdout.split()
+    assert {"libcuda1", "libnvidia-ml1", "nvidia-smi", "nvidia-kernel-dkms", "nvidia-cuda-toolkit"} <= set(held), held
+    sources = lab.exec(1, "grep", "-c", "^Components: main contrib non-free non-free-firmware$",
+                       "/etc/apt/sources.list.d/debian.sources")
+    assert int(sources.stdout or 0) >= 1, sources.stdout + sources.stderr
+    over_ssh = lab.exec(1, "ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "node1",
+                        "nvcc --version && /sbin/ldconfig -p | grep 'libnccl.so.2 '", user=SUDO_USER)
+    assert re.search(r"release 11\.8, V11\.8\.", over_ssh.stdout), over_ssh.stdout + over_ssh.stderr
+    assert "=> /opt/hvd/nccl/lib/libnccl.so.2" in over_ssh.stdout, over_ssh.stdout
+    login = lab.exec(1, "bash", "-lc", 'echo "$CUDA_HOME $CUDAHOSTCXX"', user=SUDO_USER)
+    assert login.stdout.strip() == "/usr /usr/bin/g++-11", login.stdout + login.stderr
+    scratch = f"/home/{SUDO_USER}/gpu-check"
+    lab.exec(1, "mkdir", "-p", scratch, user=SUDO_USER)
+    assert lab.exec(1, "sh", "-c", f"cat > {scratch}/add.cu <<'EOF'\n{CUDA_PROGRAM}EOF", user=SUDO_USER).returncode == 0
+    compiled = lab.exec(1, "sh", "-c", f"cd {scratch} && nvcc -ccbin /usr/bin/g++-11 -arch=sm_80 -o add add.cu && "
+                                       "./add && cuobjdump --list-elf add", user=SUDO_USER)
+    assert "nvcc-ok" in compiled.stdout and "sm_80" in compiled.stdout, compiled.stdout + compiled.stderr
+    nccl = lab.exec(1, f"{ENV}/bin/python", "-c", NCCL_PROBE, user=SUDO_USER)
+    assert nccl.returncode == 0, nccl.stderr[-3000:]
+    assert re.search(r"(?m)^wheel 2\.14\.3$", nccl.stdout) and re.search(r"(?m)^torch 2\.14\.3 11\.\d+$", nccl.stdout)
+    assert re.search(r"(?m)^horovod 21403$", nccl.stdout) and re.search(r"(?m)^cudnn 8500$", nccl.stdout), nccl.stdout
+    facts = {name: json.loads(lab.exec(1, "cat", f"/etc/ansible/facts.d/{name}.fact").stdout)
+             for name in ("hvd_nccl", "hvd_cudnn", "hvd_cuda")}
+    assert (facts["hvd_nccl"]["version"], facts["hvd_nccl"]["version_code"]) == ("2.14.3", 21403), facts
+    assert facts["hvd_cudnn"]["version"] == "8.5.0" and facts["hvd_cuda"]["home"] == "/usr", facts
+    check = lab.exec(1, f"{ENV}/bin/horovodrun", "--check-build").stdout
+    assert all(f"[X] {part}" in check for part in ("NCCL", "PyTorch", "MPI", "Gloo")), check
+    subprocess.run(["docker", "cp", str(ROOT / "roles" / "hvd_verify" / "files" / "allreduce.py"),
+                    f"{lab.container(1)}:/tmp/hvd-gold-allreduce.py"], check=True)
+    gloo = lab.exec(1, f"{ENV}/bin/horovodrun", "-np", "2", "-H", "node1:2", "--gloo", f"{ENV}/bin/python",
+                    "/tmp/hvd-gold-allreduce.py", user=SUDO_USER)
+    assert len(re.findall(r"size=2 host=\S+ sum=3 ", gloo.stdout)) == 2, gloo.stdout + gloo.stderr
 
 
 def test_check_reads_the_golden_image_in_sync_guard_included(converged, lab: Lab) -> None:

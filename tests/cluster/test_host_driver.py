@@ -7,6 +7,11 @@ for another driver, naming both, through the path an ops team runs: `hvdcluster 
 Mocked, because no GPU is here: the mounted NVML library is a file named as the toolkit names it
 (libnvidia-ml.so.580.159.04, the driver of the GPU machine lent on 2026-11-26) holding no real library, and no kernel
 module is loaded. The mount itself is real (`docker run -v`), and it is what the role reads.
+
+Beside it, a container given no driver, forced as on a machine without a GPU: there the role installs the driver's
+user space from Debian's non-free archive (the node's own apt sources), pinned and held, and nothing of the kernel
+side (mode user-space) - what molecule/gpu's converge does before the toolkit, which the full tier no longer runs
+(the golden-image suite converges the rest of that stack through `up`).
 """
 
 from __future__ import annotations
@@ -42,13 +47,22 @@ def lab(node_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
     lab.down()
 
 
+@pytest.fixture(scope="module")
+def bare(node_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
+    lab = Lab("usp", 1, tmp_path_factory.mktemp("usp"), user=SUDO_USER,
+              stack={"driver": "535", "gpu_repo": "distro", "without_device": True})
+    lab.up()
+    yield lab
+    lab.down()
+
+
 def _play(installed: Path, lab: Lab, *extra: str) -> subprocess.CompletedProcess[str]:
     """hosts.yaml rendered to an inventory by the CLI, then the driver's playbook from the checkout, as ops run it."""
     made = Cli(installed, lab.workdir)("inventory", "hosts.yaml")
     assert made.returncode == 0, made.stderr
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_CALLBACK_RESULT_FORMAT": "json", "ANSIBLE_DISPLAY_OK_HOSTS": "true"}
-    return subprocess.run([str(BIN / "ansible-playbook"), "-i", str(lab.workdir / "inventories" / NAME),
+    return subprocess.run([str(BIN / "ansible-playbook"), "-i", str(lab.workdir / "inventories" / lab.name),
                            str(ROOT / "playbooks" / "nvidia_driver.yml"), *extra], cwd=ROOT, env=env,
                           capture_output=True, text=True)
 
@@ -88,3 +102,16 @@ def test_a_stack_asking_for_another_driver_is_refused_naming_both_and_installs_n
     assert (f"node1: the NVIDIA driver is the host's ({GIVEN}, its libraries mounted into this container); the stack "
             "asks for 535, which a container cannot change: set the stack's driver to 580") in said, said[-4000:]
     assert _ours(lab) == []
+
+
+def test_a_container_given_no_driver_gets_the_user_space_only_pinned_and_held(installed: Path, bare: Lab) -> None:
+    proc = _play(installed, bare)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    assert _ours(bare) == ["libcuda1", "libnvidia-ml1", "nvidia-smi"]
+    held = bare.exec(1, "apt-mark", "showhold").stdout.split()
+    assert {"libcuda1", "libnvidia-ml1", "nvidia-smi"} <= set(held), held
+    fact = json.loads(bare.exec(1, "cat", "/etc/ansible/facts.d/hvd_nvidia_driver.fact").stdout)
+    assert fact["mode"] == "user-space" and fact["container"] and not fact["gpu_present"], fact
+    assert fact["installed"].startswith("535.") and fact["loaded"] == "" and not fact["reboot_required"], fact
+    again = _play(installed, bare)
+    assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout[-4000:]

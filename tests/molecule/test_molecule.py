@@ -12,12 +12,15 @@ from tests.conftest import BIN, ROOT, tool
 
 SCENARIOS = sorted(p.name for p in (ROOT / "molecule").iterdir() if (p / "molecule.yml").is_file())
 
-# Scenarios whose plays the full tier runs elsewhere, on a node it has built already, instead of building one more:
-# `driver` converges the variables README's golden image gives (tests/unit/test_inventory.py holds them equal), and
-# tests/cluster/test_golden_image.py runs that converge, its idempotence and its verify's day 2 (the guard, the failed
-# DKMS build, the repair) through `up` and `check`: one DKMS build and one node less per run. Role authors still run
-# `molecule test -s driver` (or HVD_MOLECULE_ALL=1 tests/run.sh -k molecule); here molecule only reads it.
-ELSEWHERE = {"driver": ROOT / "tests" / "cluster" / "test_golden_image.py"}
+# Scenarios whose plays the full tier runs elsewhere, on a node it has built already, instead of building one more.
+# `driver` and `gpu` converge the variables README's golden image gives (tests/unit/test_inventory.py holds them
+# equal); tests/cluster/test_golden_image.py runs that converge through `up`, its idempotence, `driver`'s day 2 (the
+# guard, the failed DKMS build, the repair) through `up` and `check`, and `gpu`'s verify checks; the user space alone
+# in a container (`gpu`'s driver mode) is tests/cluster/test_host_driver.py's. One DKMS build, one CUDA toolkit and
+# two nodes less per run. Role authors still run `molecule test -s driver` (or HVD_MOLECULE_ALL=1 tests/run.sh -k
+# molecule); here molecule only reads them.
+ELSEWHERE = {"driver": ROOT / "tests" / "cluster" / "test_golden_image.py",
+             "gpu": ROOT / "tests" / "cluster" / "test_golden_image.py"}
 RUN_HERE = SCENARIOS if os.environ.get("HVD_MOLECULE_ALL") == "1" else [s for s in SCENARIOS if s not in ELSEWHERE]
 
 
