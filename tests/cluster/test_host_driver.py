@@ -56,14 +56,15 @@ def bare(node_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
     lab.down()
 
 
-def _play(installed: Path, lab: Lab, *extra: str) -> subprocess.CompletedProcess[str]:
+def _play(installed: Path, lab: Lab, *extra: str,
+          playbook: str = "nvidia_driver.yml") -> subprocess.CompletedProcess[str]:
     """hosts.yaml rendered to an inventory by the CLI, then the driver's playbook from the checkout, as ops run it."""
     made = Cli(installed, lab.workdir)("inventory", "hosts.yaml")
     assert made.returncode == 0, made.stderr
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_CALLBACK_RESULT_FORMAT": "json", "ANSIBLE_DISPLAY_OK_HOSTS": "true"}
     return subprocess.run([str(BIN / "ansible-playbook"), "-i", str(lab.workdir / "inventories" / lab.name),
-                           str(ROOT / "playbooks" / "nvidia_driver.yml"), *extra], cwd=ROOT, env=env,
+                           str(ROOT / "playbooks" / playbook), *extra], cwd=ROOT, env=env,
                           capture_output=True, text=True)
 
 
@@ -102,6 +103,28 @@ def test_a_stack_asking_for_another_driver_is_refused_naming_both_and_installs_n
     assert (f"node1: the NVIDIA driver is the host's ({GIVEN}, its libraries mounted into this container); the stack "
             "asks for 535, which a container cannot change: set the stack's driver to 580") in said, said[-4000:]
     assert _ours(lab) == []
+
+
+
+def test_the_distros_toolkit_is_refused_where_it_would_bring_a_driver_beside_the_hosts(installed: Path,
+                                                                                      lab: Lab) -> None:
+    """Debian's nvidia-cuda-toolkit depends on the driver's user space (libcuda1, libnvidia-ml1): in this container
+    it would sit beside the host's driver. The CUDA playbook, after the driver's, refuses it and installs nothing."""
+    lab.stack = {"driver": "580", "gpu_repo": "distro"}
+    lab.write_hosts_yaml()
+    try:
+        driver = _play(installed, lab)
+        assert driver.returncode == 0, (driver.stdout + driver.stderr)[-4000:]
+        proc = _play(installed, lab, playbook="cuda.yml")
+    finally:
+        lab.stack = {"driver": "580"}
+        lab.write_hosts_yaml()
+    assert proc.returncode == 2, (proc.stdout + proc.stderr)[-4000:]
+    said = " ".join(proc.stdout.split())
+    assert (f"node1: the distro's CUDA toolkit depends on the NVIDIA driver's user space (libcuda1, libnvidia-ml1), "
+            f"which would be installed beside the host's driver {GIVEN} mounted into this container") in said, said[-3000:]
+    assert _ours(lab) == []
+    assert lab.exec(1, "dpkg-query", "-W", "nvidia-cuda-toolkit").returncode != 0
 
 
 def test_a_container_given_no_driver_gets_the_user_space_only_pinned_and_held(installed: Path, bare: Lab) -> None:
