@@ -16,9 +16,11 @@ side (mode user-space) - what molecule/gpu's converge does before the toolkit, w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -68,6 +70,19 @@ def _play(installed: Path, lab: Lab, *extra: str,
                           capture_output=True, text=True)
 
 
+@contextlib.contextmanager
+def _stack(lab: Lab, stack: dict) -> Iterator[None]:
+    """hosts.yaml with another `stack` for the block, the lab's own again after it."""
+    kept = lab.stack
+    lab.stack = stack
+    lab.write_hosts_yaml()
+    try:
+        yield
+    finally:
+        lab.stack = kept
+        lab.write_hosts_yaml()
+
+
 def _ours(lab: Lab) -> list[str]:
     """The driver packages dpkg has installed on the node."""
     listed = lab.exec(1, "dpkg-query", "-W", "-f", "${Package} ${Status}\n", *OURS)
@@ -91,13 +106,8 @@ def test_the_hosts_driver_is_kept_and_nothing_is_installed_beside_it(installed: 
 
 def test_a_stack_asking_for_another_driver_is_refused_naming_both_and_installs_nothing(installed: Path,
                                                                                        lab: Lab) -> None:
-    lab.stack = {"driver": "535"}
-    lab.write_hosts_yaml()
-    try:
+    with _stack(lab, {"driver": "535"}):
         proc = _play(installed, lab)
-    finally:
-        lab.stack = {"driver": "580"}
-        lab.write_hosts_yaml()
     assert proc.returncode == 2, (proc.stdout + proc.stderr)[-4000:]
     said = " ".join(proc.stdout.split())
     assert (f"node1: the NVIDIA driver is the host's ({GIVEN}, its libraries mounted into this container); the stack "
@@ -105,20 +115,14 @@ def test_a_stack_asking_for_another_driver_is_refused_naming_both_and_installs_n
     assert _ours(lab) == []
 
 
-
 def test_the_distros_toolkit_is_refused_where_it_would_bring_a_driver_beside_the_hosts(installed: Path,
                                                                                       lab: Lab) -> None:
     """Debian's nvidia-cuda-toolkit depends on the driver's user space (libcuda1, libnvidia-ml1): in this container
     it would sit beside the host's driver. The CUDA playbook, after the driver's, refuses it and installs nothing."""
-    lab.stack = {"driver": "580", "gpu_repo": "distro"}
-    lab.write_hosts_yaml()
-    try:
+    with _stack(lab, {"driver": "580", "gpu_repo": "distro"}):
         driver = _play(installed, lab)
         assert driver.returncode == 0, (driver.stdout + driver.stderr)[-4000:]
         proc = _play(installed, lab, playbook="cuda.yml")
-    finally:
-        lab.stack = {"driver": "580"}
-        lab.write_hosts_yaml()
     assert proc.returncode == 2, (proc.stdout + proc.stderr)[-4000:]
     said = " ".join(proc.stdout.split())
     assert (f"node1: the distro's CUDA toolkit depends on the NVIDIA driver's user space (libcuda1, libnvidia-ml1), "
