@@ -57,11 +57,15 @@ def converged(installed: Path, lab: Lab) -> tuple[Cli, dict]:
     return cli, doc
 
 
+def _kernels(lab: Lab) -> list[str]:
+    """The kernel images the node holds (from /boot's vmlinuz-* names)."""
+    return lab.exec(1, "sh", "-c", "ls /boot | sed -n 's/^vmlinuz-//p'").stdout.split()
+
+
 def _kernel(lab: Lab) -> str:
     """The kernel image the node holds (the one its boot loader would start)."""
-    found = lab.exec(1, "sh", "-c", "ls /boot | sed -n 's/^vmlinuz-//p'")
-    kernels = found.stdout.split()
-    assert len(kernels) == 1, found.stdout + found.stderr
+    kernels = _kernels(lab)
+    assert len(kernels) == 1, kernels
     return kernels[0]
 
 
@@ -145,9 +149,9 @@ def test_the_stack_is_what_a_user_relies_on_over_non_interactive_ssh(converged, 
     check = lab.exec(1, f"{ENV}/bin/horovodrun", "--check-build").stdout
     assert all(f"[X] {part}" in check for part in ("NCCL", "PyTorch", "MPI", "Gloo")), check
     subprocess.run(["docker", "cp", str(ROOT / "roles" / "hvd_verify" / "files" / "allreduce.py"),
-                    f"{lab.container(1)}:/tmp/hvd-gold-allreduce.py"], check=True)
+                    f"{lab.container(1)}:{scratch}/allreduce.py"], check=True)
     gloo = lab.exec(1, f"{ENV}/bin/horovodrun", "-np", "2", "-H", "node1:2", "--gloo", f"{ENV}/bin/python",
-                    "/tmp/hvd-gold-allreduce.py", user=SUDO_USER)
+                    f"{scratch}/allreduce.py", user=SUDO_USER)
     assert len(re.findall(r"size=2 host=\S+ sum=3 ", gloo.stdout)) == 2, gloo.stdout + gloo.stderr
 
 
@@ -206,7 +210,7 @@ def newer(converged, lab: Lab) -> str:
                                    ">/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
                                    "--no-install-recommends linux-image-cloud-amd64 >/dev/null")
     assert done.returncode == 0, done.stdout + done.stderr
-    found = lab.exec(1, "sh", "-c", "ls /boot | sed -n 's/^vmlinuz-\\(.*cloud.*\\)/\\1/p'").stdout.split()
+    found = [kernel for kernel in _kernels(lab) if "cloud" in kernel]
     assert len(found) == 1, found
     return found[0]
 
@@ -250,7 +254,7 @@ def test_a_dkms_build_that_fails_is_named_with_the_last_lines_of_its_make_log(co
 
 def test_with_the_header_tree_mended_up_builds_the_modules_and_check_is_in_sync(converged, lab: Lab, newer: str) -> None:
     cli, _ = converged
-    kernel = sorted(set(lab.exec(1, "sh", "-c", "ls /boot | sed -n 's/^vmlinuz-//p'").stdout.split()) - {newer})
+    kernel = sorted(set(_kernels(lab)) - {newer})
     done = lab.exec(1, "mv", "/root/autoconf.h", f"/usr/src/linux-headers-{newer}/include/generated/autoconf.h")
     assert done.returncode == 0, done.stderr
     rc, up, err = cli.up_json()
