@@ -5,8 +5,9 @@
 #   tests/gpu/lent_machine.sh SDIST OUT     SDIST: horovod-0.28.1.tar.gz (pip download --no-binary :all:), with the
 #                                           cffi and pycparser wheels beside it if python3 lacks cffi; OUT: a folder
 #
-# 1. the product's node readers against the real GPU: driver.installed / driver.loaded (hvd_state), the next-boot
-#    module guard (hvd_kernel), nvidia-smi's health (tests/gpu/health_check.py);
+# 1. the product's node readers against the real GPU: driver.installed / driver.loaded / driver.given (hvd_state:
+#    the driver mounted in from outside, hvd_nvidia_driver's mode host), the next-boot module guard (hvd_kernel),
+#    nvidia-smi's health (tests/gpu/health_check.py);
 # 2. a rolling change's look for running work (hvdcluster.jobs: the node script and its parser) while a PyTorch
 #    process holds the GPU, and again after it ended: the process counts as running work, then no longer;
 # 3. Horovod built with NCCL from its sdist against the machine's PyTorch, CUDA and NCCL wheel (the
@@ -44,6 +45,13 @@ print("nvidia-smi driver_version:", smi)
 print("NVML files the loader finds:", subprocess.run("ldconfig -p | grep nvidia-ml; cat /etc/ld.so.conf.d/*.conf; echo LD_LIBRARY_PATH=$LD_LIBRARY_PATH", shell=True, capture_output=True, text=True).stdout)
 assert state["driver.loaded"] == smi[0], "driver.loaded differs from nvidia-smi's driver_version"
 assert smi[0] in state["driver.installed"].split(","), "driver.installed misses the library nvidia-smi runs"
+# the driver is this machine's host's, mounted in (/usr/local/nvidia, read-only): hvd_nvidia_driver's mode host
+nvml = hvd_driver.find_nvml("/")
+points = hvd_driver.mount_points("/")
+for path in nvml:
+    holder = max((p for p in points if path == p or path.startswith(p.rstrip("/") + "/")), key=len, default="/")
+    print(f"NVML {path} (version {hvd_driver.installed_version(path) or '-'}) lies on mount {holder}")
+assert smi[0] in state.get("driver.given", "").split(","), "driver.given misses the driver mounted from outside"
 print("next_boot_kernel:", hvd_kernel.next_boot_kernel("/"))
 print("module_guard:", hvd_kernel.module_guard("/"))
 print("ok: the readers agree with nvidia-smi")
