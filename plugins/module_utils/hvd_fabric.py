@@ -71,8 +71,8 @@ def _wanted(setting: object, found: bool, mode: str, absent: str, image: str) ->
     """One piece: ``setting`` "auto" (where ``found``), true or false; only where the driver has kernel modules."""
     word = str(setting).strip().lower()
     if mode not in ("kernel", "image"):
-        container = "a container: the host runs it"
-        return False, {"skipped": "no NVIDIA device", "user-space": container, "host": container}.get(
+        return False, {"skipped": "no NVIDIA device", "user-space": "a container: the host runs it",
+                       "host": "the driver is given from outside: whoever gives it runs it"}.get(
             mode, f"driver mode {mode}")
     if word in ("false", "no", "off", "0"):
         return False, "turned off"

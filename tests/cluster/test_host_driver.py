@@ -104,6 +104,20 @@ def test_the_hosts_driver_is_kept_and_nothing_is_installed_beside_it(installed: 
     assert checked.returncode == 0 and "changed=0" in checked.stdout, checked.stdout[-4000:]
 
 
+def test_a_machine_given_its_driver_on_a_mount_of_its_own_gets_none_either(installed: Path, lab: Lab) -> None:
+    """A GPU machine, not a container, whose driver lies on a mount of its own (as a VM given /usr/local/nvidia
+    read-only). The node is a container here, so the role is told to count it as a machine
+    (hvd_nvidia_driver_container_types empty): a stand-in, no such VM is here. tests/gpu/lent_driver_role.sh runs
+    the role on a real GPU machine given its driver."""
+    proc = _play(installed, lab, "-e", json.dumps({"hvd_nvidia_driver_container_types": []}))
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    assert f"node1: the host's NVIDIA driver {GIVEN} is mounted into this machine: nothing installed" in " ".join(
+        proc.stdout.split()), proc.stdout[-4000:]
+    assert _ours(lab) == []
+    fact = json.loads(lab.exec(1, "cat", "/etc/ansible/facts.d/hvd_nvidia_driver.fact").stdout)
+    assert fact["mode"] == "host" and fact["container"] is False and fact["packages"] == [], fact
+
+
 def test_a_stack_asking_for_another_driver_is_refused_naming_both_and_installs_nothing(installed: Path,
                                                                                        lab: Lab) -> None:
     with _stack(lab, {"driver": "535"}):

@@ -53,6 +53,8 @@ def machine(root: Path, devices: list[tuple[str, str, str]], rdma: tuple[str, ..
     ([NIC], ("mlx5_0",), "kernel", (False, False, False),
      ("no NVIDIA GPU on the PCI bus", "no NVIDIA GPU on the PCI bus", "no NVSwitch on the PCI bus (class 0x068000)")),
     ([H100], ("mlx5_0",), "user-space", (False, False, False), ("a container: the host runs it",) * 3),
+    ([H100] * 8 + [NVSWITCH] * 4, ("mlx5_0",), "host", (False, False, False),
+     ("the driver is given from outside: whoever gives it runs it",) * 3),
     ([], (), "skipped", (False, False, False), ("no NVIDIA device",) * 3),
     ([], (), "image", (True, False, False), ("a golden image for GPU machines",
                                              "an image cannot tell whether its machines have InfiniBand: "
