@@ -4,7 +4,9 @@
 #
 #   tests/gpu/lent_driver_role.sh WHEELS OUT     WHEELS: a folder with the ansible-core wheel (pip download --no-deps
 #                                                ansible-core), installed into python3's env if ansible-playbook is
-#                                                missing; OUT: a folder for the logs
+#                                                missing, and an SSH key `id_hvd` for hosts.yaml where the
+#                                                machine has no ssh-keygen (never used: a local connection);
+#                                                OUT: a folder for the logs
 #
 # As ops run it: hosts.yaml -> `hvdcluster inventory` -> ansible-playbook playbooks/nvidia_driver.yml (connection local:
 # the machine has no SSH server; root, so no become). Passes when the role keeps the given driver and installs
