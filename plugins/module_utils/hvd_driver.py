@@ -97,6 +97,13 @@ def mount_points(root: str = "/") -> list[str]:
     return points
 
 
+def holding_mount(node_path: str, points: list[str]) -> str:
+    """The mount point among ``points`` (mount_points) that holds ``node_path``: the longest that is the path itself
+    or a folder above it; "/" when none is."""
+    return max((p for p in points if node_path == p or node_path.startswith(p.rstrip("/") + "/")), key=len,
+               default="/")
+
+
 def given_versions(root: str, paths: list[str]) -> list[str]:
     """The driver versions whose NVML library (among ``paths``, found under ``root``) is handed in from outside: it
     lies on a mount of its own (the file itself, as the NVIDIA Container Toolkit mounts each library, or a folder
@@ -108,9 +115,6 @@ def given_versions(root: str, paths: list[str]) -> list[str]:
         version = installed_version(path)
         if not version:
             continue
-        node_path = on_node(root, path)
-        holder = max((p for p in points if node_path == p or node_path.startswith(p.rstrip("/") + "/")),
-                     key=len, default="/")
-        if holder not in SYSTEM_MOUNTS:
+        if holding_mount(on_node(root, path), points) not in SYSTEM_MOUNTS:
             given.append(version)
     return sorted(set(given))

@@ -49,8 +49,8 @@ assert smi[0] in state["driver.installed"].split(","), "driver.installed misses 
 nvml = hvd_driver.find_nvml("/")
 points = hvd_driver.mount_points("/")
 for path in nvml:
-    holder = max((p for p in points if path == p or path.startswith(p.rstrip("/") + "/")), key=len, default="/")
-    print(f"NVML {path} (version {hvd_driver.installed_version(path) or '-'}) lies on mount {holder}")
+    print(f"NVML {path} (version {hvd_driver.installed_version(path) or '-'}) lies on mount "
+          f"{hvd_driver.holding_mount(path, points)}")
 assert smi[0] in state.get("driver.given", "").split(","), "driver.given misses the driver mounted from outside"
 print("next_boot_kernel:", hvd_kernel.next_boot_kernel("/"))
 print("module_guard:", hvd_kernel.module_guard("/"))

@@ -325,6 +325,14 @@ def test_mount_points_are_read_with_their_escapes_undone(node: Path) -> None:
     assert hvd_driver.mount_points(str(node)) == ["/", "/proc", "/etc/hosts", "/srv/a b\\c"]
 
 
+def test_the_mount_holding_a_path_is_the_longest_above_it_or_the_path_itself() -> None:
+    points = ["/", "/usr", "/usr/local/nvidia", "/usr/lib/libnvidia-ml.so.1", "/usr/local/nv"]
+    assert hvd_driver.holding_mount("/usr/local/nvidia/lib64/libnvidia-ml.so.1", points) == "/usr/local/nvidia"
+    assert hvd_driver.holding_mount("/usr/lib/libnvidia-ml.so.1", points) == "/usr/lib/libnvidia-ml.so.1"
+    assert hvd_driver.holding_mount("/usr/local/nvidia2/x", points) == "/usr"  # a name that only starts alike
+    assert hvd_driver.holding_mount("/opt/x", []) == "/"
+
+
 def test_debians_driver_behind_its_alternatives_links_is_read_by_the_file_they_lead_to(node: Path) -> None:
     """Debian's libnvidia-ml1 (non-free 535) puts the versioned library in nvidia/current/ and reaches it through
     /etc/alternatives: only libnvidia-ml.so.1 lies where the loader looks. Before, `check` read "absent" there (the
