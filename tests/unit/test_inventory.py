@@ -94,6 +94,33 @@ def test_ansible_reads_the_inventory_with_every_host_in_the_cluster_group(
     assert gpu02["hvd_base_ca_bundle"] == {"__ansible_unsafe": str(tmp_path / "corp-ca.pem")}
 
 
+def test_ansible_reads_only_the_inventory_from_a_folder_the_cli_has_run_in(
+    cluster: spec.ClusterSpec, tmp_path: Path
+) -> None:
+    """The operator's `ansible-playbook -i inventories/<cluster>` after `up`: the folder then also holds the cluster
+    key (ssh/), the run logs (runs/), the node records (state/) and the run lock, each written by the CLI's own
+    writer. Ansible, configured by the checkout's ansible.cfg, reads hosts.yml and group_vars/ only: no record taken
+    for a group, no warning."""
+    from hvdcluster import lock, nodestate
+
+    root = inventory.render(cluster, tmp_path / "inventories")
+    for host in ("gpu02", "ip-192-168-3-3"):
+        nodestate.record(root, host, {"base.hosts": "abc", "env.dist.torch": "2.13.0", "gpu.count": 2})
+    nodestate.record_inputs(root, "0" * 64)
+    (root / "runs" / "artifacts" / "x-site" / "job_events").mkdir(parents=True)
+    (root / "runs" / "artifacts" / "x-site" / "job_events" / "1-a.json").write_text('{"event": "playbook_on_start"}')
+    (root / "ssh").mkdir(exist_ok=True)
+    (root / "ssh" / "known_hosts").write_text("[192.168.3.4]:2222 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample\n")
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    with lock.hold(root, "up"):
+        out = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(root), "--list"],
+                             capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0 and "WARNING" not in out.stderr, out.stderr[-3000:]
+    data = json.loads(out.stdout)
+    assert sorted(data) == ["_meta", "all", "hvd_nodes"]
+    assert sorted(data["_meta"]["hostvars"]) == ["gpu02", "ip-192-168-3-3"]
+
+
 def _tags(text: str) -> dict[str, str]:
     """Each scalar's value -> the tag it was written with ("" for plain), over a rendered file."""
     tags: dict[str, str] = {}
