@@ -42,7 +42,7 @@ def main() -> None:
         lab = Lab("bdkms", 1, Path(scratch), image=build_kernel_image())
         lab.up()
         try:
-            kernel = lab.exec(1, "sh", "-c", "ls /boot | sed -n 's/^vmlinuz-//p'").stdout.split()[0]
+            kernel = lab.kernels(1)[0]
             _run(lab, f"sed -i 's/^Components: main$/Components: main contrib non-free non-free-firmware/' {SOURCES} "
                       "&& apt-get update -qq")
             install = _run(lab, "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "

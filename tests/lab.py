@@ -212,6 +212,10 @@ class Lab:
             sys.exit(f"up failed on {self.name} (rc {proc.returncode}):\n{proc.stderr[-4000:]}")
         return seconds, json.loads(proc.stdout)
 
+    def kernels(self, index: int) -> list[str]:
+        """The kernel images a node holds (from /boot's vmlinuz-* names: what its boot loader could start)."""
+        return self.exec(index, "sh", "-c", "ls /boot | sed -n 's/^vmlinuz-//p'").stdout.split()
+
     def exec(self, index: int, *command: str, user: str | None = None) -> subprocess.CompletedProcess[str]:
         """Run a command in a node's container (as root, or as ``user``)."""
         who = ["-u", user] if user else []

@@ -57,14 +57,9 @@ def converged(installed: Path, lab: Lab) -> tuple[Cli, dict]:
     return cli, doc
 
 
-def _kernels(lab: Lab) -> list[str]:
-    """The kernel images the node holds (from /boot's vmlinuz-* names)."""
-    return lab.exec(1, "sh", "-c", "ls /boot | sed -n 's/^vmlinuz-//p'").stdout.split()
-
-
 def _kernel(lab: Lab) -> str:
     """The kernel image the node holds (the one its boot loader would start)."""
-    kernels = _kernels(lab)
+    kernels = lab.kernels(1)
     assert len(kernels) == 1, kernels
     return kernels[0]
 
@@ -210,7 +205,7 @@ def newer(converged, lab: Lab) -> str:
                                    ">/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
                                    "--no-install-recommends linux-image-cloud-amd64 >/dev/null")
     assert done.returncode == 0, done.stdout + done.stderr
-    found = [kernel for kernel in _kernels(lab) if "cloud" in kernel]
+    found = [kernel for kernel in lab.kernels(1) if "cloud" in kernel]
     assert len(found) == 1, found
     return found[0]
 
@@ -254,7 +249,7 @@ def test_a_dkms_build_that_fails_is_named_with_the_last_lines_of_its_make_log(co
 
 def test_with_the_header_tree_mended_up_builds_the_modules_and_check_is_in_sync(converged, lab: Lab, newer: str) -> None:
     cli, _ = converged
-    kernel = sorted(set(_kernels(lab)) - {newer})
+    kernel = sorted(set(lab.kernels(1)) - {newer})
     done = lab.exec(1, "mv", "/root/autoconf.h", f"/usr/src/linux-headers-{newer}/include/generated/autoconf.h")
     assert done.returncode == 0, done.stderr
     rc, up, err = cli.up_json()
