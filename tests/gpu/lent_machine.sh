@@ -23,6 +23,9 @@ repo=$(pwd)
 mkdir -p "$out"
 export PYTHONPATH=$repo/src:$repo/collections PYTHONUNBUFFERED=1
 fail=0
+# NCCL's unversioned links and the unpacked sdist: a folder of this run's own, gone when it ends
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 step() { printf '\n== %s (%s s)\n' "$*" "$SECONDS"; }
 
 step "0. the machine"
@@ -95,18 +98,18 @@ EOF
 step "3. Horovod with NCCL from the sdist against this machine's PyTorch"
 cuda_home=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
 nccl_pkg=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])')
-mkdir -p /tmp/nccl/lib
-ln -sfn "$nccl_pkg/include" /tmp/nccl/include
-for f in "$nccl_pkg"/lib/libnccl.so*; do ln -sf "$f" /tmp/nccl/lib/; done
-[ -e /tmp/nccl/lib/libnccl.so ] || ln -sf "$(ls "$nccl_pkg"/lib/libnccl.so.* | head -1)" /tmp/nccl/lib/libnccl.so
-ls -l /tmp/nccl/lib /tmp/nccl/include/ | head
+mkdir -p "$work/nccl/lib"
+ln -sfn "$nccl_pkg/include" "$work/nccl/include"
+for f in "$nccl_pkg"/lib/libnccl.so*; do ln -sf "$f" "$work/nccl/lib/"; done
+[ -e "$work/nccl/lib/libnccl.so" ] || ln -sf "$(ls "$nccl_pkg"/lib/libnccl.so.* | head -1)" "$work/nccl/lib/libnccl.so"
+ls -l "$work/nccl/lib" "$work/nccl/include/" | head
 cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
 env=$(python3 -c 'import sys; print(sys.prefix)')
 # Horovod's setup_requires names cffi (for its PyTorch part); wheels of it may lie beside the sdist
 "$env/bin/python3" -c 'import cffi' 2>/dev/null ||
     "$env/bin/python3" -m pip install -q --no-index --no-deps "$(dirname "$sdist")"/cffi-*.whl "$(dirname "$sdist")"/pycparser-*.whl
-tar xzf "$sdist" -C /tmp
-src=$(ls -d /tmp/horovod-*/ | head -1)
+tar xzf "$sdist" -C "$work"
+src=$(ls -d "$work"/horovod-*/ | head -1)
 # hvd_horovod's own patches for this machine (PyTorch >= 2.1, GCC 13), from its catalogue, as its replace task does
 python3 - "$src" cxx17 gcc13-headers <<'PATCH' || fail=1
 import re, sys, yaml
@@ -119,8 +122,8 @@ for name in sys.argv[2:]:
         open(path, "w").write(text)
         print(f"patch {name}: {item['path']} ({count})")
 PATCH
-export LD_LIBRARY_PATH=/tmp/nccl/lib:${LD_LIBRARY_PATH:-}
-if HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_NCCL_HOME=/tmp/nccl HOROVOD_NCCL_LINK=SHARED HOROVOD_CUDA_HOME=$cuda_home \
+export LD_LIBRARY_PATH="$work/nccl/lib":${LD_LIBRARY_PATH:-}
+if HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_NCCL_HOME="$work/nccl" HOROVOD_NCCL_LINK=SHARED HOROVOD_CUDA_HOME=$cuda_home \
    HOROVOD_BUILD_CUDA_CC_LIST=$cc HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
    HOROVOD_WITHOUT_MPI=1 HOROVOD_WITH_GLOO=1 MAKEFLAGS=-j$(nproc) CMAKE_POLICY_VERSION_MINIMUM=3.5 \
    timeout 420 "$env/bin/python3" -m pip install --no-build-isolation --no-deps --no-index -v "$src" >"$out/build.log" 2>&1; then
