@@ -100,6 +100,8 @@ def test_the_built_collection_installed_elsewhere_runs_a_playbook_by_its_fqcn_an
     proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "inventories/ct3", "hvd.cluster.ssh_mesh"],
                           cwd=lab3.workdir, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    # the folder also holds what `up` wrote there (ssh/, runs/, state/): none of it read as inventory
+    assert "WARNING" not in proc.stderr, proc.stderr[-3000:]
     recap = re.findall(r"^(node\d)\s*: ok=\d+\s+changed=(\d+)\s+unreachable=0\s+failed=0", proc.stdout, re.M)
     assert sorted(recap) == [("node1", "0"), ("node2", "0"), ("node3", "0")], proc.stdout[-3000:]
 
