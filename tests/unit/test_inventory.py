@@ -98,9 +98,9 @@ def test_ansible_reads_only_the_inventory_from_a_folder_the_cli_has_run_in(
     cluster: spec.ClusterSpec, tmp_path: Path
 ) -> None:
     """The operator's `ansible-playbook -i inventories/<cluster>` after `up`: the folder then also holds the cluster
-    key (ssh/), the run logs (runs/), the node records (state/) and the run lock, each written by the CLI's own
-    writer. Ansible, configured by the checkout's ansible.cfg, reads hosts.yml and group_vars/ only: no record taken
-    for a group, no warning."""
+    keypair and known_hosts (ssh/, an OpenSSH key as hvd_ssh_mesh makes it), the run logs (runs/), the node records
+    (state/, by the CLI's own writers) and the run lock. Ansible, configured by the checkout's ansible.cfg, reads
+    hosts.yml and group_vars/ only: no record taken for a group, no key file tried as a source, no warning."""
     from hvdcluster import lock, nodestate
 
     root = inventory.render(cluster, tmp_path / "inventories")
@@ -110,6 +110,7 @@ def test_ansible_reads_only_the_inventory_from_a_folder_the_cli_has_run_in(
     (root / "runs" / "artifacts" / "x-site" / "job_events").mkdir(parents=True)
     (root / "runs" / "artifacts" / "x-site" / "job_events" / "1-a.json").write_text('{"event": "playbook_on_start"}')
     (root / "ssh").mkdir(exist_ok=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(root / "ssh" / "id_ed25519")], check=True)
     (root / "ssh" / "known_hosts").write_text("[192.168.3.4]:2222 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample\n")
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     with lock.hold(root, "up"):
