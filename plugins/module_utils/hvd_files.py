@@ -117,7 +117,11 @@ def walk_tree(root: str, skip: set[str] = frozenset()):
             full = os.path.join(folder, name)
             rel = os.path.relpath(full, root)
             if rel not in skip:
-                yield rel, os.lstat(full)
+                try:
+                    info = os.lstat(full)
+                except FileNotFoundError:
+                    continue  # removed since its folder was listed (the tree changes under the walk): not there now
+                yield rel, info
 
 
 def read_manifest(root: str) -> dict | None:

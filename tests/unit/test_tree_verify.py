@@ -13,6 +13,7 @@ from pathlib import Path
 from tests.conftest import ROOT
 from tests.unit.test_modules import UNPACK, make_archive, run_module, sha
 
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import walk_tree
 from ansible_collections.hvd.cluster.plugins.modules import hvd_tree
 
 SKIP = {".hvdcluster", ".hvd-env-key"}
@@ -95,3 +96,18 @@ def test_verified_state_reads_only_and_reports_what_differs_in_check_mode(tmp_pa
     assert missing["intact"] is False and "not installed" in missing["differences"][0]
     after = sorted((p, p.lstat().st_mtime_ns) for p in prefix.rglob("*") if p.name != "python")
     assert after == [item for item in before if item[0].name != "python"]
+
+
+def test_a_walk_over_a_tree_that_changes_under_it_lists_what_is_there(tmp_path: Path) -> None:
+    """A file removed after its folder was listed and before the walk reached it (an earlier run's step still
+    swapping an env in on the node, as test_train's cut-short runs leave one): the walk goes on without it, where
+    it failed the node's read ("No such file or directory") and with it the pre-flight. No mock: the walk is paused
+    between two files of one folder and the second is removed for real."""
+    for name in ("a.h", "b.h", "c.h"):
+        (tmp_path / name).write_text(name)
+    walk = walk_tree(str(tmp_path))
+    first, _ = next(walk)
+    assert first == "a.h"
+    (tmp_path / "b.h").unlink()
+    assert [rel for rel, _ in walk] == ["c.h"]
+
