@@ -16,7 +16,7 @@ description:
     place for this module). The last pair of marker lines is replaced, else the block goes at the end; an empty
     block takes the markers out. V(line) keeps one line, as C(ansible.builtin.lineinfile) does with O(files[].regexp).
     The last line the expression matches is replaced, else the line goes at the end unless it is there already.
-    V(directory) makes a folder, V(absent) removes a file (never a folder).
+    V(directory) makes a folder (and its missing parents, 0755), V(absent) removes a file (never a folder).
   - Files are written through a temporary file beside them and renamed into place; with O(files[].unsafe_writes) a
     file that cannot be replaced (a bind mount, such as a container's /etc/hosts) is rewritten in place.
   - Supports check mode (nothing written, what would change reported) and diff mode.
@@ -268,7 +268,7 @@ def keep(entry: dict, check: bool) -> dict | None:
             return None
         if not check:
             if info is None:
-                os.mkdir(path, DEFAULT_MODE["directory"])
+                os.makedirs(path, DEFAULT_MODE["directory"])  # missing parents too, as the file module makes them
             os.chown(path, uid, gid)
             os.chmod(path, DEFAULT_MODE["directory"] if mode is None and info is None else
                      (mode if mode is not None else stat.S_IMODE(info.st_mode)))

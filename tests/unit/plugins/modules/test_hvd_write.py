@@ -88,11 +88,13 @@ def test_files_folders_and_removals_are_made_then_a_second_run_changes_nothing(t
     files = [
         {"path": str(tmp_path / "run"), "state": "directory", "owner": "root", "group": "root", "mode": "01777"},
         {"path": str(tmp_path / "run" / "fact"), "content": '{"a": 1}\n', "mode": "0600"},
+        {"path": str(tmp_path / "run" / "libexec" / "tool"), "state": "directory"},  # its parent made too
         {"path": str(tmp_path / "proxy"), "state": "absent"},
         {"path": str(tmp_path / "left-out"), "content": "x", "manage": False},
     ]
     done = write(files)
-    assert done["changed"] and done["updated"] == [f["path"] for f in files[:3]], done
+    assert done["changed"] and done["updated"] == [f["path"] for f in files[:4]], done
+    assert stat.S_IMODE((tmp_path / "run" / "libexec").stat().st_mode) == 0o755
     info = (tmp_path / "run").stat()
     assert stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o1777 and info.st_uid == 0
     fact = tmp_path / "run" / "fact"
