@@ -122,6 +122,24 @@ def hvd_allreduce_throughput(lines: Iterable[str]) -> dict[str, Any]:
     return {}
 
 
+def hvd_fabric_interfaces(names: Iterable[str], hostvars: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The fabric interfaces of the hosts ``names``, each once, in order: where hvd_base ran in this run, the one
+    its lookup found (``__hvd_base_fabric_if``, ``ip -o addr show to <address>``), else the one its fact recorded
+    (``ansible_local.hvd_base.fabric_interface``). Empty where any host's is unknown: then horovodrun finds them."""
+    out: list[str] = []
+    for name in names:
+        host = hostvars[name]
+        found = host.get("__hvd_base_fabric_if") or {}
+        words = str(found.get("stdout") or "").split() if isinstance(found, Mapping) else []
+        recorded = ((host.get("ansible_local") or {}).get("hvd_base") or {}).get("fabric_interface")
+        interface = words[1] if len(words) > 1 else recorded
+        if not interface:
+            return []
+        if interface not in out:
+            out.append(str(interface))
+    return out
+
+
 def hvd_rotate(items: list[Any], start: int) -> list[Any]:
     """``items`` starting at position ``start`` (modulo its length) and wrapping round: when every node walks its
     peers from its own position, no two nodes knock on the same peer at once (sshd drops connections beyond
@@ -136,4 +154,5 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {"hvd_members": hvd_members, "hvd_member_peers": hvd_member_peers,
                 "hvd_allreduce_ranks": hvd_allreduce_ranks,
-                "hvd_allreduce_throughput": hvd_allreduce_throughput, "hvd_rotate": hvd_rotate}
+                "hvd_allreduce_throughput": hvd_allreduce_throughput, "hvd_rotate": hvd_rotate,
+                "hvd_fabric_interfaces": hvd_fabric_interfaces}

@@ -279,3 +279,22 @@ def test_the_post_flight_throughput_is_read_from_rank_zeros_line_among_the_other
         "ranks": 4, "device": "cpu", "bytes": 16777216, "iters": 5, "seconds": 0.041943, "algbw_gbs": 0.4,
         "busbw_gbs": 0.6}
     assert cluster.hvd_allreduce_throughput(lines[:2]) == {}
+
+
+def test_the_post_flight_names_each_members_fabric_interface_once_from_this_run_or_its_fact() -> None:
+    """As `hvdcluster run` names them to horovodrun: found by hvd_base in this run (its `ip -o addr show to`
+    line), else recorded in its fact on a run that did not reach hvd_base."""
+    found = {"stdout": "2: eth0    inet 10.0.0.1/24 brd 10.0.0.255 scope global eth0\\       valid_lft forever"}
+    hostvars = {"a": {"__hvd_base_fabric_if": found},
+                "b": {"ansible_local": {"hvd_base": {"fabric_interface": "eth0"}}},
+                "c": {"__hvd_base_fabric_if": {"stdout": "3: ib0    inet 10.1.0.3/24 scope global ib0"},
+                      "ansible_local": {"hvd_base": {"fabric_interface": "stale0"}}}}
+    assert cluster.hvd_fabric_interfaces(["a", "b", "c"], hostvars) == ["eth0", "ib0"]
+    assert cluster.hvd_fabric_interfaces(["b"], hostvars) == ["eth0"]
+
+
+@pytest.mark.parametrize("unknown", [{}, {"ansible_local": {"hvd_base": {"fabric_interface": ""}}},
+                                     {"__hvd_base_fabric_if": {"stdout": ""}}])
+def test_one_member_whose_interface_is_unknown_leaves_finding_them_to_horovodrun(unknown: dict) -> None:
+    hostvars = {"a": {"ansible_local": {"hvd_base": {"fabric_interface": "eth0"}}}, "b": unknown}
+    assert cluster.hvd_fabric_interfaces(["a", "b"], hostvars) == []
