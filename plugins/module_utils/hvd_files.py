@@ -46,13 +46,22 @@ def resolve(root: str, path: str) -> str:
     return done
 
 
-def read_text(path: str) -> str | None:
-    """A file's text (undecodable bytes replaced), or None when it cannot be read."""
+def read_text(path: str, limit: int | None = None, strict: bool = False) -> str | None:
+    """A file's text (undecodable bytes replaced, newlines read as open() reads them), or None when it cannot be
+    read. ``limit``: the most bytes read, a larger file raises ValueError naming it; ``strict``: only a missing path
+    or a folder reads as None, any other error (a file it may not read) is raised."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
+        with open(path, "rb") as handle:
+            data = handle.read() if limit is None else handle.read(limit + 1)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
+    except OSError:
+        if strict:
+            raise
+        return None
+    if limit is not None and len(data) > limit:
+        raise ValueError(f"{path}: larger than {limit} bytes")
+    return data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def sha256_of(path: str) -> str:

@@ -41,22 +41,12 @@ content:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import read_text
 
 
 def read_all(paths: list[str], limit: int) -> dict[str, str | None]:
-    """Each path's text, None where there is no file to read; ValueError names a file over ``limit`` bytes."""
-    out: dict[str, str | None] = {}
-    for path in paths:
-        try:
-            with open(path, "rb") as handle:
-                data = handle.read(limit + 1)
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            out[path] = None
-            continue
-        if len(data) > limit:
-            raise ValueError(f"{path}: larger than {limit} bytes")
-        out[path] = data.decode("utf-8", errors="replace")
-    return out
+    """Each path's text, None where there is no file to read; ValueError names a file over ``limit``."""
+    return {path: read_text(path, limit=limit, strict=True) for path in paths}
 
 
 def main() -> None:

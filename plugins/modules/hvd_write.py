@@ -16,7 +16,8 @@ description:
     place for this module). The last pair of marker lines is replaced, else the block goes at the end; an empty
     block takes the markers out. V(line) keeps one line, as C(ansible.builtin.lineinfile) does with O(files[].regexp).
     The last line the expression matches is replaced, else the line goes at the end unless it is there already.
-    V(directory) makes a folder (and its missing parents, 0755), V(absent) removes a file (never a folder).
+    V(directory) makes a folder (and its missing parents, 0755 whatever the umask), V(absent) removes a file (never
+    a folder).
   - Files are written through a temporary file beside them and renamed into place; with O(files[].unsafe_writes) a
     file that cannot be replaced (a bind mount, such as a container's /etc/hosts) is rewritten in place.
   - Supports check mode (nothing written, what would change reported) and diff mode.
@@ -63,6 +64,11 @@ options:
         type: str
       unsafe_writes:
         description: Rewrite the file in place where it cannot be replaced.
+        type: bool
+        default: false
+      parents:
+        description: Make the missing folders above a file (0755 whatever the umask, owned by the module user), as
+          a local fact's C(/etc/ansible/facts.d); without it a missing folder fails the entry.
         type: bool
         default: false
       manage:
@@ -231,6 +237,17 @@ def _replace(path: str, data: bytes, mode: int, uid: int, gid: int, unsafe: bool
             os.unlink(temp)
 
 
+def make_folders(path: str) -> None:
+    """Make ``path`` and its missing parents, each 0755 whatever the umask (os.makedirs gives 0777 minus it)."""
+    missing = []
+    while not os.path.lexists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for folder in reversed(missing):
+        os.mkdir(folder)
+        os.chmod(folder, DEFAULT_MODE["directory"])
+
+
 def _attrs_differ(info: os.stat_result, mode: int | None, uid: int, gid: int) -> bool:
     return ((mode is not None and stat.S_IMODE(info.st_mode) != mode) or (uid != -1 and info.st_uid != uid)
             or (gid != -1 and info.st_gid != gid))
@@ -268,7 +285,7 @@ def keep(entry: dict, check: bool) -> dict | None:
             return None
         if not check:
             if info is None:
-                os.makedirs(path, DEFAULT_MODE["directory"])  # missing parents too, as the file module makes them
+                make_folders(path)  # missing parents too, as the file module makes them
             os.chown(path, uid, gid)
             os.chmod(path, DEFAULT_MODE["directory"] if mode is None and info is None else
                      (mode if mode is not None else stat.S_IMODE(info.st_mode)))
@@ -301,6 +318,8 @@ def keep(entry: dict, check: bool) -> dict | None:
     if not content_changed and not attrs_changed:
         return None
     if not check:
+        if entry["parents"]:
+            make_folders(os.path.dirname(path))
         if not os.path.isdir(os.path.dirname(path)):
             raise WriteError(f"{path}: its folder is missing")
         if content_changed:
@@ -331,6 +350,7 @@ def main() -> None:
         "owner": {"type": "str"},
         "group": {"type": "str"},
         "unsafe_writes": {"type": "bool", "default": False},
+        "parents": {"type": "bool", "default": False},
         "manage": {"type": "bool", "default": True},
     }
     module = AnsibleModule(argument_spec={"files": {"type": "list", "elements": "dict", "required": True,

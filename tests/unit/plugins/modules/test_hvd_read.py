@@ -4,6 +4,7 @@ arguments as JSON on stdin)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +14,10 @@ MODULE = Path(__file__).resolve().parents[4] / "plugins" / "modules" / "hvd_read
 
 def read(paths: list[str], **args) -> dict:
     payload = {"ANSIBLE_MODULE_ARGS": {"paths": paths, **args, "_ansible_check_mode": True}}
+    # the module imports the collection's module_utils: the test's own import path finds them (the checkout, or
+    # the copy ansible-test units runs in)
     proc = subprocess.run([sys.executable, str(MODULE)], input=json.dumps(payload), capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
     return json.loads(proc.stdout)
 
 

@@ -105,6 +105,25 @@ def test_files_folders_and_removals_are_made_then_a_second_run_changes_nothing(t
     assert again["changed"] is False and again["updated"] == [], again
 
 
+def test_a_fact_file_gets_its_missing_folders_0755_whatever_the_umask(tmp_path: Path) -> None:
+    """parents: the folders above a local fact are made as ansible.builtin.file makes them (0755), also under a
+    umask of 077 that os.makedirs would honour (a node's root with a hardened umask)."""
+    fact = tmp_path / "etc" / "ansible" / "facts.d" / "hvd_x.fact"
+    files = [{"path": str(fact), "content": "{}\n", "mode": "0644", "parents": True},
+             {"path": str(tmp_path / "opt" / "a" / "b"), "state": "directory", "mode": "0700"}]
+    old = os.umask(0o077)
+    try:
+        done = write(files)
+    finally:
+        os.umask(old)
+    assert done["updated"] == [f["path"] for f in files], done
+    for folder in (tmp_path / "etc", tmp_path / "etc" / "ansible", fact.parent, tmp_path / "opt" / "a"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o755, folder
+    assert stat.S_IMODE((tmp_path / "opt" / "a" / "b").stat().st_mode) == 0o700
+    assert fact.read_text() == "{}\n" and stat.S_IMODE(fact.stat().st_mode) == 0o644
+    assert write(files)["changed"] is False
+
+
 @root_only
 def test_check_mode_reports_every_change_and_writes_nothing(tmp_path: Path) -> None:
     target = tmp_path / "conf"

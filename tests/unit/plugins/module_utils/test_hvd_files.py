@@ -1,0 +1,43 @@
+"""hvd_files.read_text: the one reader of a node's small text files, for the node-state module (every error reads
+as None: a file check cannot read is drift, not a crash) and for hvd_read (strict: only a missing file reads as None,
+and a size limit). Real files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import read_text
+
+
+def test_text_is_read_with_newlines_as_open_reads_them_and_bad_bytes_replaced(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"a\r\nb\rc\n\xff\n")
+    assert read_text(str(path)) == "a\nb\nc\n\ufffd\n"
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        assert read_text(str(path)) == handle.read()
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_missing_file_or_a_folder_reads_as_none(tmp_path: Path, strict: bool) -> None:
+    (tmp_path / "file").write_text("x")
+    for path in (tmp_path / "gone", tmp_path, tmp_path / "file" / "below"):
+        assert read_text(str(path), strict=strict) is None, path
+
+
+def test_a_file_it_cannot_open_is_none_unless_strict(tmp_path: Path) -> None:
+    """A symlink loop (ELOOP) stands for any error other than a missing file: root reads a file of mode 0000."""
+    path = tmp_path / "loop"
+    path.symlink_to(path)
+    assert read_text(str(path)) is None
+    with pytest.raises(OSError, match="Too many levels of symbolic links"):
+        read_text(str(path), strict=True)
+
+
+def test_a_file_over_the_limit_raises_naming_it_and_one_at_the_limit_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "big"
+    path.write_bytes("é".encode() * 6)  # 12 bytes, 6 characters: the limit counts bytes
+    assert read_text(str(path), limit=12) == "é" * 6
+    with pytest.raises(ValueError, match=f"^{path}: larger than 11 bytes$"):
+        read_text(str(path), limit=11)
