@@ -105,7 +105,7 @@ def test_health_finds_both_cpu_nodes_healthy_and_limit_reads_one(converged) -> N
 
 
 ALLREDUCE = "Allreduce over every slot of every node"
-CHECK_BUILD = "Ask horovodrun what it was built with"
+CHECK_BUILD = "Ask Horovod what it was built with"
 
 
 def test_second_up_finds_every_node_in_its_desired_state_and_converges_nothing(converged) -> None:
