@@ -106,7 +106,8 @@ import shutil
 import stat
 import threading
 
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import MANIFEST, manifest_entry_differs, read_manifest, sha256_of, walk_tree
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import (
+    MANIFEST, make_folders, manifest_entry_differs, read_manifest, sha256_of, walk_tree)
 
 BLOCK = 1 << 20
 
@@ -257,7 +258,7 @@ def unpack(src: str, sha256: str, path: str, marker: str, marker_content: str, o
         raise ValueError(f"{src} is missing")
     refuse_foreign(path, marker, owner_marker)
     parent, base = os.path.split(path)
-    os.makedirs(parent, mode=0o755, exist_ok=True)
+    make_folders(parent)
     clean_leftovers(path)
     new = os.path.join(parent, f".{base}.hvd-new-{secrets.token_hex(6)}")
     os.mkdir(new, 0o755)
@@ -337,7 +338,7 @@ def main() -> None:
             if os.path.isfile(os.path.join(path, owner)):
                 module.exit_json(changed=False)
             if not module.check_mode:
-                os.makedirs(path, mode=0o755, exist_ok=True)
+                make_folders(path)
                 write_file(os.path.join(path, owner), "made by hvdcluster; removed and replaced by it\n")
             module.exit_json(changed=True)
         if read_marker(path, marker) == p["marker_content"] and not p["force"]:

@@ -122,6 +122,7 @@ import stat
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import make_folders
 
 DEFAULT_MODE = {"file": 0o644, "directory": 0o755}
 
@@ -235,17 +236,6 @@ def _replace(path: str, data: bytes, mode: int, uid: int, gid: int, unsafe: bool
     finally:
         if os.path.exists(temp):
             os.unlink(temp)
-
-
-def make_folders(path: str) -> None:
-    """Make ``path`` and its missing parents, each 0755 whatever the umask (os.makedirs gives 0777 minus it)."""
-    missing = []
-    while not os.path.lexists(path):
-        missing.append(path)
-        path = os.path.dirname(path)
-    for folder in reversed(missing):
-        os.mkdir(folder)
-        os.chmod(folder, DEFAULT_MODE["directory"])
 
 
 def _attrs_differ(info: os.stat_result, mode: int | None, uid: int, gid: int) -> bool:

@@ -4,11 +4,13 @@ and a size limit). Real files."""
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import pytest
 
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import read_text
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import make_folders, read_text
 
 
 def test_text_is_read_with_newlines_as_open_reads_them_and_bad_bytes_replaced(tmp_path: Path) -> None:
@@ -41,3 +43,18 @@ def test_a_file_over_the_limit_raises_naming_it_and_one_at_the_limit_is_read(tmp
     assert read_text(str(path), limit=12) == "é" * 6
     with pytest.raises(ValueError, match=f"^{path}: larger than 11 bytes$"):
         read_text(str(path), limit=11)
+
+
+def test_folders_are_made_0755_whatever_the_umask_and_one_there_is_left_alone(tmp_path: Path) -> None:
+    """hvd_tree makes an env prefix's parents with it (/opt/hvd): under a root umask of 077 os.makedirs would make
+    them 0700 and shut the login user out of the env."""
+    (tmp_path / "kept").mkdir(mode=0o700)
+    old = os.umask(0o077)
+    try:
+        make_folders(str(tmp_path / "opt" / "hvd" / "env"))
+        make_folders(str(tmp_path / "kept"))
+    finally:
+        os.umask(old)
+    for folder in (tmp_path / "opt", tmp_path / "opt" / "hvd", tmp_path / "opt" / "hvd" / "env"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o755, folder
+    assert stat.S_IMODE((tmp_path / "kept").stat().st_mode) == 0o700

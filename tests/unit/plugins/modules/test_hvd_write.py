@@ -27,8 +27,10 @@ def run(module: Path | str, args: dict, check: bool = False, diff: bool = False)
     payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check, "_ansible_diff": diff}}
     argv = ([str(module)] if isinstance(module, Path) else
             ["-c", f"import runpy; runpy.run_module({module!r}, run_name='__main__')"])
+    # hvd_write imports the collection's module_utils: the test's own import path finds them (the checkout, or the
+    # copy ansible-test units runs in)
     proc = subprocess.run([sys.executable, *argv], input=json.dumps(payload), capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
     try:
         return json.loads(proc.stdout)
     except json.JSONDecodeError:
