@@ -98,6 +98,7 @@ differences: {description: "verified: what differs (at most 20), e.g. 'changed: 
               elements: str, returned: "state=verified"}
 """
 
+import errno
 import hashlib
 import json
 import os
@@ -250,6 +251,30 @@ def _extract(src: str, new: str, sha256: str, run_command, between=None) -> None
         raise ValueError(f"unpacking {src} failed: {message.decode(errors='replace').strip()[-500:]}")
 
 
+def replace_in_place(path: str, new: str, marker: str, owner_marker: str) -> None:
+    """Put the complete tree ``new`` in place of ``path`` where ``path`` cannot be renamed aside: overlayfs refuses
+    (EXDEV) to rename a folder that lies in a lower layer, as in a container started from an image that holds the
+    tree. The old tree's completion marker goes first (a run cut short from here on finds no complete tree and
+    installs it again; the owner marker stays, so the tree is still known as ours), then every other entry of it;
+    then the new tree's entries move in (they lie in the upper layer: renaming them works), its marker last."""
+    done = os.path.join(path, marker)
+    if os.path.lexists(done):
+        os.unlink(done)
+    for name in os.listdir(path):
+        if name == owner_marker:
+            continue
+        full = os.path.join(path, name)
+        if os.path.isdir(full) and not os.path.islink(full):
+            shutil.rmtree(full)
+        else:
+            os.unlink(full)
+    for name in sorted(os.listdir(new)):
+        if name != marker:
+            os.replace(os.path.join(new, name), os.path.join(path, name))
+    os.chmod(path, 0o755)
+    os.rename(os.path.join(new, marker), done)
+
+
 def unpack(src: str, sha256: str, path: str, marker: str, marker_content: str, owner_marker: str,
            check_argv: list[str], run_command) -> str:
     """Install ``src`` at ``path`` atomically; returns the marker content of the tree it replaced. ``run_command``:
@@ -278,9 +303,15 @@ def unpack(src: str, sha256: str, path: str, marker: str, marker_content: str, o
         previous = read_marker(path, marker)
         if os.path.lexists(path):
             old = os.path.join(parent, f".{base}.hvd-old-{secrets.token_hex(6)}")
-            os.rename(path, old)
-            os.rename(new, path)
-            shutil.rmtree(old, ignore_errors=True)
+            try:
+                os.rename(path, old)
+            except OSError as error:
+                if error.errno != errno.EXDEV:
+                    raise
+                replace_in_place(path, new, marker, owner_marker)
+            else:
+                os.rename(new, path)
+                shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(new, path)
         return previous

@@ -6,6 +6,7 @@ These run as root (as the modules do on a node: become) against real folders and
 from __future__ import annotations
 
 import ast
+import errno
 import functools
 import hashlib
 import json
@@ -206,6 +207,40 @@ def test_unpack_replaces_the_old_tree_only_once_the_new_one_is_good(tmp_path: Pa
     assert hvd_tree.unpack(str(newer), newer_sha, str(prefix), marker_content="k2", **UNPACK) == "k1"
     assert (prefix / "bin" / "tool").read_text() == "v2" and (prefix / ".hvd-env-key").read_text() == "k2\n"
     assert sorted(os.listdir(tmp_path)) == sorted(["env", "env.tar.zst", "src-tree"])
+
+
+def test_unpack_replaces_a_tree_that_overlayfs_will_not_rename(tmp_path: Path) -> None:
+    """A node that is a container started from an image holding the env: the env's folder lies in a lower layer of
+    an overlayfs, which refuses to rename it (EXDEV) where unpack would move the old tree aside. A real overlayfs
+    mount here (root only): the new tree still replaces the old one, its marker last, nothing left beside it, and a
+    second replacement works the same way."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting an overlayfs needs root (CI runs as root)")
+    lower, upper, work, merged = (tmp_path / name for name in ("lower", "upper", "work", "merged"))
+    for folder in (upper, work, merged):
+        folder.mkdir()
+    (tmp_path / "a").mkdir()
+    first, first_sha = make_archive(tmp_path / "a", {"bin/tool": "v1", "lib/old.py": "old"})
+    hvd_tree.unpack(str(first), first_sha, str(lower / "env"), marker_content="k1", **UNPACK)
+    subprocess.run(["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={lower},upperdir={upper},workdir={work}",
+                    str(merged)], check=True)
+    try:
+        prefix = merged / "env"
+        with pytest.raises(OSError) as refused:
+            os.rename(prefix, merged / ".env.aside")
+        assert refused.value.errno == errno.EXDEV
+        (tmp_path / "b").mkdir()
+        newer, newer_sha = make_archive(tmp_path / "b", {"bin/tool": "v2", "lib/new.py": "new"})
+        assert hvd_tree.unpack(str(newer), newer_sha, str(prefix), marker_content="k2", **UNPACK) == "k1"
+        assert (prefix / "bin" / "tool").read_text() == "v2" and not (prefix / "lib" / "old.py").exists()
+        assert (prefix / ".hvd-env-key").read_text() == "k2\n" and (prefix / ".hvdcluster").is_file()
+        assert hvd_tree.verify(str(prefix), {".hvdcluster", ".hvd-env-key"}, deep=True, exact=True) == []
+        assert sorted(os.listdir(merged)) == ["env"]
+        assert hvd_tree.unpack(str(first), first_sha, str(prefix), marker_content="k1", **UNPACK) == "k2"
+        assert (prefix / "lib" / "old.py").read_text() == "old" and not (prefix / "lib" / "new.py").exists()
+        assert hvd_tree.verify(str(prefix), {".hvdcluster", ".hvd-env-key"}, deep=True, exact=True) == []
+    finally:
+        subprocess.run(["umount", str(merged)], check=True)
 
 
 def test_leftovers_of_an_interrupted_unpack_are_cleared_and_never_count(tmp_path: Path) -> None:
