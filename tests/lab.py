@@ -17,10 +17,10 @@ import os
 import shutil
 import socket
 import subprocess
-import tarfile
-import zlib
 import sys
+import tarfile
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -245,7 +245,8 @@ class Lab:
             return None
         meta = json.loads(meta_path.read_text())
         nodes = {int(i): node for i, node in meta["nodes"].items()}
-        if any(docker("image", "inspect", node["image"], check=False) == "" for node in nodes.values()):
+        if any(subprocess.run(["docker", "image", "inspect", node["image"]], capture_output=True).returncode
+               for node in nodes.values()):
             return None
         if any(not _port_free(node["port"]) for node in nodes.values()):
             return None
