@@ -129,21 +129,39 @@ MANIFEST = ".hvd-manifest"
 
 
 def walk_tree(root: str, skip: set[str] = frozenset()):
-    """Every file and link below ``root`` as (relative path, lstat), ``skip`` (relative paths) left out. Byte caches
-    (``__pycache__``) are walked like any file: Python loads a planted one whose header matches its source, so they
-    are part of what was installed (ARCHITECTURE.md, "exact envs"). A symlinked folder is one link, not followed."""
-    for folder, dirs, files in os.walk(root):
-        links = sorted(d for d in dirs if os.path.islink(os.path.join(folder, d)))
-        dirs[:] = sorted(d for d in dirs if d not in links)
-        for name in sorted(files + links):
-            full = os.path.join(folder, name)
-            rel = os.path.relpath(full, root)
-            if rel not in skip:
-                try:
-                    info = os.lstat(full)
-                except FileNotFoundError:
-                    continue  # removed since its folder was listed (the tree changes under the walk): not there now
-                yield rel, info
+    """Every file and link below ``root`` as (relative path, lstat), ``skip`` (relative paths) left out, each folder's
+    entries in name order before its subfolders'. Byte caches (``__pycache__``) are walked like any file: Python loads
+    a planted one whose header matches its source, so they are part of what was installed (ARCHITECTURE.md, "exact
+    envs"). A symlinked folder is one link, not followed; a folder that cannot be listed is left out.
+
+    One ``lstat`` per entry (``os.scandir``'s, whose file type comes with the listing): a GPU env holds tens of
+    thousands of files and every ``check`` walks it on every node (bench/node_state.py)."""
+    def walk(folder: str, lead: str):
+        try:
+            with os.scandir(folder) as listing:
+                entries = sorted(listing, key=lambda entry: entry.name)
+        except OSError:
+            return
+        below = []
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    below.append(entry)
+                    continue
+            except OSError:
+                pass
+            rel = lead + entry.name
+            if rel in skip:
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # removed since its folder was listed (the tree changes under the walk): not there now
+            yield rel, info
+        for entry in below:
+            yield from walk(entry.path, lead + entry.name + os.sep)
+
+    yield from walk(root, "")
 
 
 def read_manifest(root: str) -> dict | None:
@@ -157,13 +175,15 @@ def read_manifest(root: str) -> dict | None:
     return recorded if isinstance(recorded, dict) else None
 
 
-def manifest_entry_differs(full: str, want: list, deep: bool = False) -> str:
+def manifest_entry_differs(full: str, want: list, deep: bool = False, info: os.stat_result | None = None) -> str:
     """hvd_tree's comparison of one manifest entry with the file at ``full``: '' when it is as recorded, else
-    'missing' or 'changed' (a link by its target, a file by size and mtime, with ``deep`` also by sha256)."""
-    try:
-        info = os.lstat(full)
-    except OSError:
-        return "missing"
+    'missing' or 'changed' (a link by its target, a file by size and mtime, with ``deep`` also by sha256). ``info``:
+    the file's lstat where a walk has just taken it."""
+    if info is None:
+        try:
+            info = os.lstat(full)
+        except OSError:
+            return "missing"
     if stat.S_ISDIR(info.st_mode):
         return "missing"  # hvd_tree's walk lists files and links only
     if stat.S_ISLNK(info.st_mode):

@@ -397,10 +397,13 @@ def env_problems(prefix: str, dists: list[tuple[str, str, str, str]], deep: bool
     listed = set()
     if manifest is None:
         problems.append(("missing", MANIFEST))
+    # one walk: its lstat judges each file the manifest lists (a listed path it did not find is looked up on its own:
+    # a path through a link), and what it found that nothing accounts for is "added"
+    found = dict(walk_tree(prefix)) if manifest is not None else {}
     for rel, want in (manifest or {}).items():
         full = os.path.normpath(os.path.join(prefix, rel))
         listed.add(full)
-        kind = manifest_entry_differs(full, want, deep)
+        kind = manifest_entry_differs(full, want, deep, found.get(rel))
         if kind:
             problems.append((kind, name(full)))
     known = set(listed) | {os.path.join(prefix, marker) for marker in ENV_MARKERS}
@@ -419,7 +422,7 @@ def env_problems(prefix: str, dists: list[tuple[str, str, str, str]], deep: bool
             if kind:
                 problems.append((kind, name(full)))
     if manifest is not None:
-        for rel, dummy_info in walk_tree(prefix):
+        for rel in found:
             full = os.path.join(prefix, rel)
             if full not in known:
                 problems.append(("added", name(full)))

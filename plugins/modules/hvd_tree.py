@@ -186,7 +186,7 @@ def verify(root: str, skip: set[str], deep: bool = False, exact: bool = False, m
     if exact:
         differences += [f"added: {rel}" for rel in sorted(set(found) - set(recorded))]
     for rel in sorted(set(recorded) & set(found)):
-        if manifest_entry_differs(os.path.join(root, rel), recorded[rel], deep):
+        if manifest_entry_differs(os.path.join(root, rel), recorded[rel], deep, found[rel]):
             differences.append(f"changed: {rel}")
         if len(differences) > most:
             break

@@ -111,3 +111,23 @@ def test_a_walk_over_a_tree_that_changes_under_it_lists_what_is_there(tmp_path: 
     (tmp_path / "b.h").unlink()
     assert [rel for rel, _ in walk] == ["c.h"]
 
+
+
+def test_the_walk_lists_files_and_links_each_folder_before_its_subfolders_and_follows_no_link(tmp_path: Path) -> None:
+    """What the manifest and the env's "added" check rest on: every file and link, each with its own lstat (a link's,
+    not its target's), a symlinked folder as one link never entered, a dangling link and a FIFO listed, empty
+    folders not, ``skip`` left out; a folder's entries in name order before its subfolders'."""
+    (tmp_path / "a" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "a" / "x.py").write_text("x = 1\n")
+    (tmp_path / "a" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0" * 16)
+    (tmp_path / "c").mkdir()
+    (tmp_path / "b.txt").write_text("b")
+    (tmp_path / "skipped").write_text("s")
+    os.symlink("a", tmp_path / "linked")
+    os.symlink("nowhere", tmp_path / "dangling")
+    os.mkfifo(tmp_path / "pipe")
+    walked = list(walk_tree(str(tmp_path), {"skipped"}))
+    assert [rel for rel, _ in walked] == ["b.txt", "dangling", "linked", "pipe", "a/x.py",
+                                          "a/__pycache__/x.cpython-311.pyc"]
+    for rel, info in walked:
+        assert (info.st_ino, info.st_mode) == ((tmp_path / rel).lstat().st_ino, (tmp_path / rel).lstat().st_mode)
