@@ -193,15 +193,16 @@ class Lab:
     def snapshot_key(self) -> str:
         """What this lab's converge depends on, as a short digest: hvdcluster and the harness (PRODUCT, by content),
         the nodes' image, this lab's settings, the CA bundle and wheelhouse hosts.yaml hands the nodes."""
+        from hvdcluster.inputs import digest_tree  # noqa: PLC0415 - the venv's; `lab.py up` runs without it
+
         product = hashlib.sha256()
         root = HERE.parent
         for name in PRODUCT:
             top = root / name
-            files = [top] if top.is_file() else sorted(
-                Path(folder, file) for folder, dirs, names in os.walk(top) for file in names
-                if "__pycache__" not in Path(folder).parts and not file.endswith(".pyc"))
-            for path in files:
-                product.update(f"{path.relative_to(root)}\0".encode() + path.read_bytes() + b"\0")
+            if top.is_file():
+                product.update(f"{name}\0".encode() + top.read_bytes() + b"\0")
+            else:
+                digest_tree(product, top, name)
         ca = host_ca_bundle()
         wheels = os.environ.get("PIP_FIND_LINKS", "")
         settings = {

@@ -85,10 +85,12 @@ def _frame(digest: Any, root: Path) -> None:
     digest.update((home / "ansible.cfg").read_bytes())
     for folder in ("roles", "playbooks", "plugins"):
         if (home / folder).is_dir():
-            _digest_tree(digest, home / folder, folder)
+            digest_tree(digest, home / folder, folder)
 
 
-def _digest_tree(digest: Any, folder: Path, label: str) -> None:
+def digest_tree(digest: Any, folder: Path, label: str) -> None:
+    """Feed ``digest`` with every file below ``folder`` in name order, each as ``label/<relative path>`` and its bytes;
+    byte caches (``__pycache__``, ``*.pyc``) left out. The test harness keys its kept labs with it too."""
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
         for name in sorted(filenames):
