@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import Cli, run_events, task_outcomes
+from tests.cluster.conftest import Cli, run_events, share_the_cores, task_outcomes
 from tests.lab import Gapped, Lab, docker
 
 pytestmark = pytest.mark.containers
@@ -57,6 +57,7 @@ def gapped(installed: Path, made: dict, tmp_path_factory: pytest.TempPathFactory
     its signer (allowed_signers); hosts-unpinned.yaml names neither a pin nor a signer."""
     site = Gapped(NAME, 2, tmp_path_factory.mktemp(NAME))
     site.up()
+    share_the_cores(site)
     assert site.containers == NODES and site.internal == INTERNAL
     signer = " ".join(made["key"].with_suffix(".pub").read_text().split()[:2])
     (site.workdir / "allowed_signers").write_text(f"builder@lab {signer}\n")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import SUDO_USER, Cli, task_outcomes
+from tests.cluster.conftest import SUDO_USER, Cli, share_the_cores, task_outcomes
 from tests.conda_channel import build as build_channel
 from tests.lab import Gapped, Lab
 
@@ -47,6 +47,7 @@ def lab(packaged_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
     lab = Lab("cda", 2, work, slots=2, stack=STACK, user=SUDO_USER, network={"conda_channel": str(channel)},
               image=packaged_image)
     lab.up()
+    share_the_cores(lab)
     yield lab
     lab.down()
 
@@ -164,6 +165,7 @@ def test_the_bundle_less_its_packed_env_converges_a_node_with_no_route_out_from_
 
     site = Gapped("cdagap", 1, tmp_path_factory.mktemp("cdagap"))
     site.up()
+    share_the_cores(site)
     try:
         (site.workdir / "environment.yml").write_text(ENVIRONMENT)
         site.hosts_yaml("hosts.yaml", STACK, {"bundle": str(out), "bundle_sha256": pin}, slots=2)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hvdcluster.drift import PER_NODE_ITEMS
-from tests.cluster.conftest import SUDO_USER, Cli
+from tests.cluster.conftest import SUDO_USER, Cli, share_the_cores
 from tests.lab import Lab
 
 pytestmark = pytest.mark.containers
@@ -49,6 +49,7 @@ exit $rc
 def lab4(packaged_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
     lab = Lab("fo4", 4, tmp_path_factory.mktemp("fo4"), user=SUDO_USER, image=packaged_image)
     lab.up()
+    share_the_cores(lab)
     lab.nodes = 3  # hosts.yaml names node1-3 first; node4 joins later
     lab.write_hosts_yaml()
     yield lab

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import SUDO_USER, Cli
+from tests.cluster.conftest import SUDO_USER, Cli, share_the_cores
 from tests.lab import Lab, docker
 
 pytestmark = pytest.mark.containers
@@ -59,6 +59,7 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 def lab(node_image: str, index_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Lab:
     lab = Lab("nw", 2, tmp_path_factory.mktemp("nw"), user=SUDO_USER, wheelhouse=False)
     lab.up()
+    share_the_cores(lab)
     # The index listens on this machine's address on the lab's own network, and nowhere else.
     gateway = docker("network", "inspect", lab.docker_network, "-f", "{{(index .IPAM.Config 0).Gateway}}")
     server = http.server.ThreadingHTTPServer((gateway, 0), functools.partial(_QuietHandler, directory=str(index_dir)))

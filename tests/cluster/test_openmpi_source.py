@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import sha256_of
 
-from tests.cluster.conftest import SUDO_USER, Cli, changed_tasks, run_events, task_outcomes
+from tests.cluster.conftest import SUDO_USER, Cli, changed_tasks, run_events, share_the_cores, task_outcomes
 from tests.debsrc import orig_tarball
 from tests.lab import Lab
 
@@ -42,6 +42,7 @@ def lab(node_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
              "mpi": {"source": "source", "version": VERSION, "url": str(tarball), "sha256": sha256_of(tarball)}}
     lab = Lab(NAME, 2, tmp_path_factory.mktemp(NAME), slots=2, stack=stack, user=SUDO_USER)
     lab.up()
+    share_the_cores(lab)
     yield lab
     (lab.workdir / "timings.json").write_text(json.dumps(TIMES, indent=1) + "\n")
     print(f"\nopenmpi-from-source timings: {json.dumps(TIMES)}")
