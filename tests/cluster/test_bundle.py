@@ -213,6 +213,7 @@ def test_run_launches_through_the_bastion(installed: Path, converged: dict, gapp
     assert sorted(re.findall(r"rank=\d size=2", proc.stdout)) == ["rank=0 size=2", "rank=1 size=2"], proc.stdout
 
 
+@pytest.mark.heavy
 def test_an_env_rebuilt_offline_installs_the_bundles_locked_files_with_no_index(installed: Path, converged: dict,
                                                                                  made: dict, gapped: Path,
                                                                                  tmp_path: Path) -> None:

@@ -140,6 +140,7 @@ def conda_records(run) -> list[str]:
     return sorted(name.removesuffix(".json") for name in proc.stdout.split() if name.endswith(".json"))
 
 
+@pytest.mark.heavy
 def test_the_bundle_less_its_packed_env_converges_a_node_with_no_route_out_from_its_own_conda_channel(
         installed: Path, converged: Cli, lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> None:
     """`bundle` gathers the lock's packages into conda/ (an indexed channel). The packed env is taken out of the

@@ -218,6 +218,7 @@ def interrupt_up(cli: Cli, lab: Lab, node: int, when: str, sig: signal.Signals, 
     assert proc.returncode != 0, "the interrupted run reported success"
 
 
+@pytest.mark.heavy
 def test_up_cut_short_while_the_env_unpacks_and_while_the_wheel_installs_is_repaired_by_a_plain_up(
         converged, lab2: Lab, tmp_path: Path) -> None:
     """Four runs cut short on node2, each by the next moment: SIGKILL while the env unpacks (its tar killed on the

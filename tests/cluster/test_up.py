@@ -391,6 +391,7 @@ LOST_DURING = {
 }
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("when", list(LOST_DURING))
 def test_a_node_lost_mid_converge_is_named_alone_and_the_others_finish_proven(hvd, lab3: Lab, when: str) -> None:
     """node3 is killed (docker kill: no shutdown) mid-run: only node3 is named; node1 and node2 converge to the end
@@ -462,6 +463,7 @@ def start_job(hvd, lab: Lab, node: int) -> subprocess.Popen:
     return job
 
 
+@pytest.mark.heavy
 def test_a_rolling_up_changes_one_node_at_a_time_and_waits_for_the_job_on_node3(hvd, lab3: Lab, tmp_path) -> None:
     """An env change (hosts.yaml adds a package, `six`) while a job runs on node3 (hvdcluster run, its lease on
     node3): `up --rolling --batch 1` changes node1, proves it, then node2, proves both, waits for node3's job with
@@ -530,6 +532,7 @@ def test_a_rolling_up_changes_one_node_at_a_time_and_waits_for_the_job_on_node3(
     assert "nothing to roll: every node is in its desired state" in err
 
 
+@pytest.mark.heavy
 def test_a_busy_canary_stops_the_roll_and_a_failed_canary_leaves_the_others_untouched(hvd, lab3: Lab) -> None:
     """A job on node3 past --max-wait: the canary node3 is skipped and named, the job not interrupted, nothing changed.
     The job's launcher then dies by SIGKILL: its lease stays on node3 but no longer counts. `run` refuses a node that
@@ -662,6 +665,7 @@ def slurm(lab3: Lab):
                                  "munge >/dev/null 2>&1; rm -f /tmp/hvd-slurm-end")
 
 
+@pytest.mark.heavy
 def test_under_slurm_a_roll_drains_waits_for_the_slurm_job_and_resumes_only_what_it_drained(hvd, slurm: Lab) -> None:
     """Real Slurm on the 3 nodes, every node drifted (its MPI package unheld): an operator drained node1 ("bad fan"),
     a Slurm batch job runs on node3. `up --rolling --batch 2` drains node2 (node1 already is) and repairs node1 and
