@@ -3,7 +3,7 @@
 #   tests/run.sh --fast     unit tests, lint, syntax checks only (minutes, no containers)
 #   tests/run.sh --heavy    the heavy set only: day-2 scenarios of several minutes each (tests/conftest.py HEAVY);
 #                           CI (.ci/run) runs it after the full tier
-#   tests/run.sh -k NAME    extra arguments go to pytest
+#   tests/run.sh -k NAME    extra arguments go to pytest (a heavy test by name: tests/run.sh --heavy -k NAME)
 # Two pytest-xdist workers (HVD_TEST_WORKERS; 0 runs in one process): each container suite and each molecule scenario
 # is one scheduling unit (tests/conftest.py), longest first, so suites that wait on their nodes overlap.
 set -euo pipefail
