@@ -6,10 +6,13 @@ draws it: one live line per node on a terminal, one line per change otherwise.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
+import sys
 from dataclasses import asdict, dataclass, field
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 from .runner import Event
@@ -90,6 +93,50 @@ def printable(text: Any, *, newlines: bool = True) -> str:
 
     text = _TERMINAL_CONTROL.sub(escape, str(text))
     return text if newlines else text.replace("\n", " ")
+
+
+class PrintableStream(io.TextIOBase):
+    """A text stream that passes everything written to it through :func:`printable`: the CLI's stdout and stderr
+    (``hvdcluster.cli.main``), so no string a node, a bundle or a file supplied reaches the terminal as a control
+    sequence, whichever path prints it. :attr:`raw` is the stream below, for the console's own cursor movements."""
+
+    def __init__(self, raw: IO[str]) -> None:
+        super().__init__()
+        self.raw = raw
+
+    def write(self, text: str) -> int:
+        self.raw.write(printable(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+    def isatty(self) -> bool:
+        return self.raw.isatty()
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.raw, "encoding", "utf-8")
+
+
+@contextlib.contextmanager
+def guarded_output() -> Iterator[None]:
+    """``sys.stdout`` and ``sys.stderr`` behind :class:`PrintableStream` while the block runs."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (stream if isinstance(stream, PrintableStream) else PrintableStream(stream)
+                              for stream in saved)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdout, sys.stderr = saved
 
 
 def _one_line(text: Any, limit: int = 300) -> str:
@@ -291,10 +338,11 @@ class Console:
                     self._shown[name] = status
                     self.write(f"  {name}: {status}")
             return
+        raw = getattr(self.stream, "raw", self.stream)  # our own cursor movements pass; the lines are printable
         if self._drawn:
-            self.stream.write(f"\x1b[{self._drawn}F")
+            raw.write(f"\x1b[{self._drawn}F")
         for host in tracker.hosts.values():
-            self.stream.write("\x1b[2K" + self._line(host, width) + "\n")
+            raw.write("\x1b[2K" + self._line(host, width) + "\n")
         self._drawn = len(tracker.hosts)
         self.stream.flush()
 

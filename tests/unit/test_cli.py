@@ -764,3 +764,17 @@ def test_check_deep_asks_every_node_to_hash_its_env(hosts: Path, rendered: Path,
     calls = fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": dict(SHARED)})
     cli.main(["check", str(hosts), "-o", str(rendered), "--deep"])
     assert [c[2:] for c in calls] == [("deep",)]
+
+
+def test_no_control_sequence_in_a_file_reaches_the_terminal_through_any_message(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A hosts.yaml whose cluster name and an unknown key carry ESC/OSC/CSI sequences and a carriage return: the
+    error printed names them as text and holds no raw control byte (every stream of the CLI passes printable())."""
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("cluster: \"a\\e]0;pwned\\aq\"\nhosts: [10.0.0.1]\n\"x\\e[2J\\r\\x9b1A\": 1\n")
+    assert cli.main(["up", str(hosts), "-o", str(tmp_path / "inv")]) == 2
+    captured = capsys.readouterr()
+    for text in (captured.out, captured.err):
+        assert not any(ch in text for ch in "\x1b\x9b\x07\r\x00"), repr(text)
+    assert captured.err.startswith(f"hvdcluster: {hosts}:") and len(captured.err.strip().splitlines()) == 1
+    assert sys.stdout.__class__.__name__ != "PrintableStream"  # the guard ends with the command

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import HvdError
+from ..progress import guarded_output
 from .parser import build_parser
 
 
@@ -25,6 +26,11 @@ def _cut_job(argv: list[str]) -> tuple[list[str], list[str] | None]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with guarded_output():  # every path to the terminal: no control sequence a node or a file supplied passes
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     argv, job = _cut_job(list(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
     if job is not None:
