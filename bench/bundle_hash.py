@@ -9,8 +9,10 @@ cache first (posix_fadvise DONTNEED after fsync: a bundle just copied in from a 
   check + seed   the same with an empty controller cache: what it lacks (the cache entries, the apt repository's
                  archive) is written there from that same read
   second check   `up`'s second reading of hosts.yaml in one run (fast path, then a full converge): nothing re-read
-  module         hvd_base's controller side afterwards (seed_cache + apt_archive): the controller cache's own copies
-                 hashed once each, nothing of the bundle read
+  module         hvd_base's controller side afterwards (hvd_bundle.ready): the folder holds exactly the manifest's
+                 files, the bundle's pypi/ and wheelhouse/ files hashed, the controller cache's own copies (which
+                 stand in for apt/ and cache/) hashed once each
+  strays         the walk that finds a file the manifest does not list, or a symlink (lstat only, no file read)
 
 Target: the check ≤ 5 s. Run from the checkout:  .venv/bin/python bench/bundle_hash.py [--keep DIR]
 """
@@ -110,7 +112,6 @@ def main() -> None:
         start = time.perf_counter()
         manifest = make(folder)
         total = sum(e["size"] for e in manifest["entries"])
-        cached = sum(e["size"] for e in manifest["entries"] if e["path"].startswith(("cache/", "apt/")))
         pin = hashlib.sha256((folder / "manifest.yaml").read_bytes()).hexdigest()
         print(f"synthetic bundle: {len(manifest['entries'])} files, {total / MIB:.1f} MiB, made in "
               f"{time.perf_counter() - start:.1f} s ({os.cpu_count()} CPUs, sha256 by {hashlib.sha256().name} of "
@@ -134,9 +135,10 @@ def main() -> None:
                 folder, sha256=pin, signers=None, hosts="hosts.yaml", cache_dir=cache))
             if pages == "dropped":
                 drop_pages(cache)
-            timed("module: seed_cache + apt_archive on that cache (its copies)", cached,
-                  lambda: (LIB.seed_cache(str(folder), manifest, str(cache)),
-                           LIB.apt_archive(str(folder), manifest, str(cache))))
+            timed("module: ready() (pypi/, wheelhouse/, the cache's copies)", total,
+                  lambda: LIB.ready(str(folder), manifest, str(cache)))
+            timed("strays: unlisted files and symlinks (a walk, no file read)", 0,
+                  lambda: LIB.strays(str(folder), manifest))
             timed("before: names and sizes only (missing())", 0, lambda: LIB.missing(str(folder), manifest))
     finally:
         if not args.keep:

@@ -25,12 +25,14 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import shutil
+import stat
 import subprocess
 import tarfile
 import traceback
 
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import sha256_of
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import sha256_of, walk_tree
 
 try:
     import yaml
@@ -50,6 +52,12 @@ BLOCK = 1 << 20
 ROLES = {"apt": "hvd_base", "pypi": "hvd_pyenv", "wheelhouse": "hvd_pyenv", "openmpi": "hvd_openmpi",
          "conda": "hvd_pyenv"}
 CACHE_ROLES = {"envs": "hvd_pyenv", "horovod": "hvd_horovod"}
+FOLDERS = ("apt", "pypi", "wheelhouse", "cache", "openmpi", "conda")  # a manifest path lies in one of these
+# `hvdcluster bundle`'s mark of a run under way, at the top of the bundle folder (removed once the manifest is
+# written; bundles made before kept it): an empty file of that name is no file of the bundle (nothing reads it).
+MARKER = ".hvdcluster-bundle"
+SHOWN = 10  # files named in one refusal, the rest counted
+HEX = re.compile(r"[0-9a-f]{64}")
 
 
 class BundleError(Exception):
@@ -94,17 +102,54 @@ def parse(data: bytes, path: str) -> dict:
         raise BundleError(f"{path}: unreadable: {' '.join(str(exc).split())}")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("files"), list):
         raise BundleError(f"{path}: not an hvdcluster bundle manifest (format {FORMAT} with a files list)")
-    entries = []
+    entries, seen = [], {}
     for index, item in enumerate(doc["files"]):
         if not (isinstance(item, dict) and isinstance(item.get("path"), str) and isinstance(item.get("sha256"), str)
                 and isinstance(item.get("size"), int)):
             raise BundleError(f"{path}: files[{index}]: needs path, sha256 and size")
-        rel = item["path"]
-        if rel.startswith("/") or ".." in rel.split("/"):
-            raise BundleError(f"{path}: files[{index}]: path {rel!r} leaves the bundle folder")
-        entries.append({"path": rel, "sha256": item["sha256"].lower(), "size": item["size"],
+        rel, sha = item["path"], item["sha256"].lower()
+        problem = path_problem(rel)
+        if problem:
+            raise BundleError(f"{path}: files[{index}]: path {rel!r} {problem}")
+        if rel in seen:
+            raise BundleError(f"{path}: files[{index}]: path {rel!r} is listed twice (files[{seen[rel]}] too)")
+        if not HEX.fullmatch(sha):
+            raise BundleError(f"{path}: files[{index}]: sha256 {item['sha256']!r} of {rel!r} is not a sha256 digest")
+        seen[rel] = index
+        entries.append({"path": rel, "sha256": sha, "size": item["size"],
                         "why": item.get("why", ""), "role": item.get("role") or role_of(rel)})
     return {**doc, "sha256": hashlib.sha256(data).hexdigest(), "entries": entries}
+
+
+def path_problem(rel: str) -> str:
+    """Why ``rel`` is not a manifest path ("" when it is one): a plain relative path ``<folder>/<name>...`` in one of
+    the bundle's folders (FOLDERS), every part a name (no empty, ``.`` or ``..`` part, no leading ``/``), no backslash
+    or control character. Nothing else is ever joined to a folder, so no manifest reaches outside it."""
+    if not rel:
+        return "is empty"
+    if "\\" in rel or not rel.isprintable():
+        return "holds a backslash or a character that is not printable"
+    if rel.startswith("/"):
+        return "is absolute: it leaves the bundle folder"
+    parts = rel.split("/")
+    if ".." in parts:
+        return "has a '..' part: it leaves the bundle folder"
+    if "" in parts or "." in parts:
+        return "has an empty or '.' part (a manifest path is written plainly: folder/name)"
+    if len(parts) < 2 or parts[0] not in FOLDERS:
+        return f"is not a file in one of the bundle's folders ({', '.join(f + '/' for f in FOLDERS)})"
+    return ""
+
+
+def inside(root: str, rel: str) -> str:
+    """``root/rel``, once it is certain to lie below ``root`` (os.path.commonpath of the normalised paths): every
+    path joined from a manifest (in the bundle folder, in the controller cache) is taken through here before it is
+    read, written or removed."""
+    base = os.path.normpath(os.path.abspath(root))
+    target = os.path.normpath(os.path.join(base, rel))
+    if os.path.isabs(rel) or target == base or os.path.commonpath([base, target]) != base:
+        raise BundleError(f"{root}: {rel!r} does not lie below it: refused")
+    return target
 
 
 # --------------------------------------------------------------------------------------------- trust
@@ -171,11 +216,48 @@ def verify_signature(folder: str, data: bytes, signers: str) -> str:
 # --------------------------------------------------------------------------------------------- checks
 
 
+def shown(text: str) -> str:
+    """A name as it may be printed: itself when every character is printable, else its repr (a file name from a
+    bundle is data: a newline or an escape sequence in it never reaches a terminal raw)."""
+    return text if text.isprintable() else repr(text)
+
+
+def strays(folder: str, manifest: dict) -> list[tuple[str, str]]:
+    """What ``folder`` holds besides the files its manifest lists, as (relative path, what it is): a file the manifest
+    does not list, a symlink anywhere (a bundle holds plain files only; a link, to a file or a folder, is never
+    followed), anything else that is no plain file. manifest.yaml and manifest.yaml.sig at the top are the manifest
+    itself. One lstat per entry (hvd_files.walk_tree)."""
+    listed = {entry["path"] for entry in manifest["entries"]}
+    found = []
+    for rel, info in walk_tree(folder):
+        rel = rel.replace(os.sep, "/")
+        if stat.S_ISLNK(info.st_mode):
+            found.append((rel, "a symlink"))
+        elif not stat.S_ISREG(info.st_mode):
+            found.append((rel, "not a plain file"))
+        elif not (rel in listed or rel in (MANIFEST, SIGNATURE) or (rel == MARKER and info.st_size == 0)):
+            found.append((rel, "not in the manifest"))
+    return found
+
+
+def refuse_strays(folder: str, manifest: dict) -> None:
+    """BundleError naming (up to SHOWN of) the files ``folder`` holds that its manifest does not list, and every
+    symlink: a bundle is exactly its manifest, and an unlisted file is an error, not an extra."""
+    found = strays(folder, manifest)
+    if not found:
+        return
+    names = [shown(rel) + ("" if what == "not in the manifest" else f" ({what})") for rel, what in found]
+    more = f" (and {len(names) - SHOWN} more)" if len(names) > SHOWN else ""
+    raise BundleError(f"{folder}: holds {len(names)} file(s) its manifest does not list (a bundle is exactly its "
+                      f"manifest: nothing of it was used): {', '.join(names[:SHOWN])}{more}; remove them, or gather "
+                      f"the bundle again (`hvdcluster bundle --verify {folder}` lists them)")
+
+
 def missing(folder: str, manifest: dict) -> list[str]:
     """Quick check (names and sizes, no hashing): one line per file that is absent or has another size."""
     problems = []
     for entry in manifest["entries"]:
-        path = os.path.join(folder, entry["path"])
+        path = inside(folder, entry["path"])
         try:
             size = os.stat(path).st_size
         except OSError:
@@ -193,12 +275,18 @@ def _differs(folder: str, entry: dict, found: str) -> str:
 
 
 def verify(folder: str, manifest: dict) -> list[str]:
-    """Full check: every file's sha256; one line per file that is absent or differs."""
-    problems = missing(folder, manifest)
+    """Full check: every file's sha256, and what the folder holds besides them; one line per file that is absent,
+    differs, is not listed or is a symlink."""
+    stray = strays(folder, manifest)
+    problems = [f"{shown(os.path.join(folder, rel))}: " + (
+        "not in the manifest (a file nobody vouches for)" if what == "not in the manifest" else
+        f"{what} (a bundle holds plain files only, each listed in its manifest)") for rel, what in stray]
+    links = {rel for rel, what in stray if what != "not in the manifest"}
+    problems += missing(folder, manifest)
     bad = {line.split(":", 1)[0] for line in problems}
     for entry in manifest["entries"]:
-        path = os.path.join(folder, entry["path"])
-        if path in bad:
+        path = inside(folder, entry["path"])
+        if path in bad or entry["path"] in links:
             continue
         found = sha256_of(path)
         if found != entry["sha256"]:
@@ -305,27 +393,34 @@ def _member(entry: dict) -> tarfile.TarInfo:
 
 def _add_checked(tar: tarfile.TarFile, folder: str, entry: dict) -> str:
     """Add one apt file to the archive, hashed as it is read (the bytes hashed are the bytes added)."""
-    with open(os.path.join(folder, entry["path"]), "rb") as handle:
+    with open(inside(folder, entry["path"]), "rb") as handle:
         reader = _Hashing(source=handle)
         tar.addfile(_member(entry), reader)
     return reader.hexdigest()
 
 
-def check(folder: str, manifest: dict, cache_dir: str | None = None, known: dict | None = None) -> dict:
-    """Every listed file by its sha256, each read once; the first that is missing, of another size or another sha256
-    raises BundleError naming it and the role that needs it. ``known``: {path: (sha256, stat_key)} of files this
-    process hashed before; one whose stat_key is unchanged is not read again. With ``cache_dir``, what the controller
-    cache lacks (a cache/ entry, the apt repository's archive) is written there from the same read, and put in place
-    only once every file passed. Returns {path: (sha256, stat_key)}."""
+def _refuse_missing(folder: str, manifest: dict) -> None:
     problems = missing(folder, manifest)
     if problems:
         more = f" (and {len(problems) - 1} more; `hvdcluster bundle --verify {folder}` lists them)" if len(
             problems) > 1 else ""
         raise BundleError(problems[0] + more)
+
+
+def check(folder: str, manifest: dict, cache_dir: str | None = None, known: dict | None = None) -> dict:
+    """`up --bundle`'s check: the folder holds exactly the manifest's files (refuse_strays: an unlisted file or a
+    symlink is named before anything is read), then every listed file by its sha256, each read once; the first that
+    is missing, of another size or another sha256 raises BundleError naming it and the role that needs it.
+    ``known``: {path: (sha256, stat_key)} of files this process hashed before; one whose stat_key is unchanged is not
+    read again. With ``cache_dir``, what the controller cache lacks (a cache/ entry, the apt repository's archive) is
+    written there from the same read, and put in place only once every file passed. Returns {path: (sha256,
+    stat_key)}."""
+    refuse_strays(folder, manifest)
+    _refuse_missing(folder, manifest)
     known = known or {}
     result, todo = {}, []
     for entry in manifest["entries"]:
-        key = stat_key(os.path.join(folder, entry["path"]))
+        key = stat_key(inside(folder, entry["path"]))
         if known.get(entry["path"]) == (entry["sha256"], key):
             result[entry["path"]] = known[entry["path"]]
         else:
@@ -346,9 +441,9 @@ def check(folder: str, manifest: dict, cache_dir: str | None = None, known: dict
         for entry, key in todo:
             dest = None
             if staging and entry["path"].startswith("cache/"):
-                target = os.path.join(cache_dir, entry["path"][len("cache/"):])
+                target = inside(cache_dir, entry["path"][len("cache/"):])
                 dest = None if os.path.exists(target) else staging.path(target)
-            found = _copy_hashing(os.path.join(folder, entry["path"]), dest)
+            found = _copy_hashing(inside(folder, entry["path"]), dest)
             if found != entry["sha256"]:
                 raise BundleError(_differs(folder, entry, found))
             result[entry["path"]] = (found, key)
@@ -359,6 +454,24 @@ def check(folder: str, manifest: dict, cache_dir: str | None = None, known: dict
             staging.abort()
         raise
     return result
+
+
+def ready(folder: str, manifest: dict, cache_dir: str) -> tuple[list[str], tuple[str, str, bool]]:
+    """The hvd_bundle module's check (hvd_base's controller side, a hand-run playbook's too), with check()'s rules:
+    the folder holds exactly the manifest's files (refuse_strays), and every listed file has its sha256 - apt/ and
+    cache/ through the controller cache's copies that stand in for them and that the nodes get (seed_cache,
+    apt_archive: each read and hashed against the manifest, made from the bundle's file where it is missing or
+    differs), every other file (pypi/, wheelhouse/, conda/, openmpi/) read in the bundle. Each listed file's bytes are
+    hashed once. (the cache entries copied, apt_archive's result)."""
+    refuse_strays(folder, manifest)
+    _refuse_missing(folder, manifest)
+    for entry in manifest["entries"]:
+        if entry["path"].split("/", 1)[0] not in ("apt", "cache"):
+            found = sha256_of(inside(folder, entry["path"]))
+            if found != entry["sha256"]:
+                raise BundleError(f"{_differs(folder, entry, found)}; run `hvdcluster bundle --verify {folder}`")
+    seeded = seed_cache(folder, manifest, cache_dir)
+    return seeded, apt_archive(folder, manifest, cache_dir)
 
 
 # --------------------------------------------------------------------------------------------- the controller cache
@@ -432,11 +545,11 @@ def seed_cache(folder: str, manifest: dict, cache_dir: str) -> list[str]:
         for entry in manifest["entries"]:
             if not entry["path"].startswith("cache/"):
                 continue
-            target = os.path.join(cache_dir, entry["path"][len("cache/"):])
+            target = inside(cache_dir, entry["path"][len("cache/"):])
             if os.path.isfile(target) and os.stat(target).st_size == entry["size"] and (
                     sha256_of(target) == entry["sha256"]):
                 continue
-            found = _copy_hashing(os.path.join(folder, entry["path"]), staging.path(target))
+            found = _copy_hashing(inside(folder, entry["path"]), staging.path(target))
             if found != entry["sha256"]:
                 raise BundleError(_differs(folder, entry, found))
         return staging.commit()

@@ -1,15 +1,18 @@
 #!/usr/bin/python
 """Ansible module (runs on the controller): check an offline bundle and get it ready for the nodes.
 
-Checks the manifest's bytes against a pinned sha256 or an OpenSSH signature where one is given, and that every file
-it lists is there with its size (a missing one fails at once, naming the file and the role that needs it); puts the
-bundle's cache entries (the packed env, the Horovod wheel) in the controller cache, each hashed against the manifest
-(an entry already there is hashed again, never trusted by its own .sha256 file); and makes the apt repository's
-archive (one tar, the same bytes for the same bundle, its files checked by sha256 as they go in) in the controller
-cache, or reads the one there again and uses it only when it holds exactly the manifest's files.
+Checks the manifest's bytes against a pinned sha256 or an OpenSSH signature where one is given; that the folder holds
+exactly the files the manifest lists (a file it does not list, or a symlink anywhere, fails naming it: the same rule
+and words as `hvdcluster up --bundle`, module_utils/hvd_bundle.py); and every listed file by its sha256 (a missing or
+altered one fails at once, naming the file and the role that needs it): pypi/, wheelhouse/, conda/ and openmpi/ in
+the bundle, apt/ and cache/ through the controller cache's copies the nodes get. Puts the bundle's cache entries (the
+packed env, the Horovod wheel) in the controller cache, each hashed against the manifest (an entry already there is
+hashed again, never trusted by its own .sha256 file); and makes the apt repository's archive (one tar, the same bytes
+for the same bundle, its files checked by sha256 as they go in) in the controller cache, or reads the one there again
+and uses it only when it holds exactly the manifest's files.
 
-`hvdcluster up` has checked every file of the bundle by its sha256 before this runs, and written what the controller
-cache lacked from that same read: here only the controller cache's own copies are hashed, once each.
+`hvdcluster up` has checked every file of the bundle before this runs, and written what the controller cache lacked
+from that same read: the controller cache's copies are read here, not the bundle's apt/ and cache/ files.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ DOCUMENTATION = r"""
 module: hvd_bundle
 short_description: Check an offline bundle and make its apt repository archive in the controller cache
 description:
-  - Checks an offline bundle against its manifest (pin and signers) on the controller and makes the archive of its
-    apt repository in the controller cache.
+  - Checks an offline bundle against its manifest (pin and signers) on the controller - exactly the files it lists,
+    each by its sha256, no symlink - and makes the archive of its apt repository in the controller cache.
 options:
   path: {description: The bundle folder (holds manifest.yaml)., type: path, required: true}
   cache_dir: {description: The controller cache., type: path, required: true}
@@ -39,7 +42,7 @@ author: hvdcluster developers (@hvdcluster)
 """
 
 EXAMPLES = r"""
-- name: Check the bundle and pack its apt repository (controller; a missing or altered file fails here, naming it)
+- name: Check the bundle and pack its apt repository (controller; a missing, altered or unlisted file fails here, naming it)
   hvd.cluster.hvd_bundle:
     path: /srv/hvdcluster-bundle
     cache_dir: ~/.cache/hvdcluster
@@ -65,13 +68,11 @@ from ansible_collections.hvd.cluster.plugins.module_utils.hvd_bundle import (
     MANIFEST,
     YAML_IMPORT_ERROR,
     BundleError,
-    apt_archive,
     apt_digest,
     authenticate,
-    missing,
     parse,
     read_manifest,
-    seed_cache,
+    ready,
 )
 
 
@@ -91,13 +92,8 @@ def main() -> None:
         if module.params["manifest_sha256"] or module.params["signers"]:
             authenticate(folder, data, module.params["manifest_sha256"] or None, module.params["signers"] or None)
         manifest = parse(data, os.path.join(folder, MANIFEST))
-        problems = missing(folder, manifest)
-        if problems:
-            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            module.fail_json(msg=problems[0] + more, problems=problems)
         # The controller cache only: check mode (no node changes) prepares it too, so later tasks can be judged.
-        seeded = seed_cache(folder, manifest, cache_dir)
-        archive, sha256, _made = apt_archive(folder, manifest, cache_dir)
+        seeded, (archive, sha256, _made) = ready(folder, manifest, cache_dir)
     except (BundleError, OSError) as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, apt_archive=archive, apt_sha256=sha256, apt_digest=apt_digest(manifest),

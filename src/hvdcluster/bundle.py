@@ -8,9 +8,10 @@ playbook judge a bundle alike.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
-import shutil
+import stat
 import subprocess
 import tarfile
 import tempfile
@@ -18,17 +19,17 @@ import time
 import urllib.request
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, BinaryIO
 
 from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bundle
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import walk_tree
 
 from .errors import HvdError
 
-# Folders whose files the manifest lists; `bundle --verify` names a file in one of them that the manifest does not list.
-FOLDERS = ("apt", "pypi", "wheelhouse", "cache", "openmpi", "conda")
 WHEELHOUSE_PATTERNS = (".whl", ".tar.gz", ".zip")  # what hvd_pyenv offers from a wheelhouse
-# Left in a bundle folder from a run's start: a run cut short before its manifest may be run again into it.
-MARKER = ".hvdcluster-bundle"
+# Left in a bundle folder from a run's start until its manifest is written: a run cut short before its manifest may be
+# run again into it.
+MARKER = hvd_bundle.MARKER
 
 
 def manifest_lib() -> ModuleType:
@@ -44,23 +45,27 @@ def load(folder: str | os.PathLike[str]) -> dict:
         raise HvdError(str(exc)) from None
 
 
-# {bundle folder: (manifest sha256, when the check began, {path: (sha256, stat key)})}: the files this process checked.
+# {bundle folder: (manifest sha256, when the check began, {path: (sha256, stat key)}, the manifest)}: the files this
+# process checked, and the manifest it authenticated (trusted_manifest: what the roles are handed).
 # `up` reads hosts.yaml twice (its fast path, then a full converge): the second check hashes only files whose inode,
 # size, mtime or ctime changed since the first (and those changed in the second before it began: a file system's
 # clock is coarse, so a change that recent could leave the same times). The first check also writes what the
-# controller cache lacks from that same read, so hvd_base's module (another process) does not read the bundle's files
-# again: it hashes only the controller cache's own copies. Handing it the digests instead would make the module trust
-# a value it cannot check.
-_CHECKED: dict[str, tuple[str, int, dict]] = {}
+# controller cache lacks from that same read, so hvd_base's module (another process) does not read the bundle's apt/
+# and cache/ files again: it hashes the controller cache's own copies, which stand in for them (and the files no copy
+# stands in for: pypi/, wheelhouse/, conda/, openmpi/). Handing it the digests instead would make the module trust a
+# value it cannot check.
+_CHECKED: dict[str, tuple[str, int, dict, dict]] = {}
 _RACY_NS = 1_000_000_000
 
 
 def check_trusted(folder: str | os.PathLike[str], *, sha256: str | None, signers: str | None, hosts: str,
                   cache_dir: str | os.PathLike[str] | None = None) -> dict:
     """``up --bundle``'s check, before any node is contacted: the manifest must match the pinned sha256
-    (network.bundle_sha256) or carry a valid OpenSSH signature by one of network.bundle_signers; then every file it
-    lists must have its sha256. Exit 2 naming the first file that differs and the role that needs it. With
-    ``cache_dir``, what the controller cache lacks is written there from that same read, once every file passed."""
+    (network.bundle_sha256) or carry a valid OpenSSH signature by one of network.bundle_signers; then the folder must
+    hold exactly the files it lists (an unlisted file or a symlink is named, before any file is read) and every one
+    must have its sha256. Exit 2 naming the files the manifest does not list, else the first file that differs and
+    the role that needs it. With ``cache_dir``, what the controller cache lacks is written there from that same read,
+    once every file passed."""
     lib = manifest_lib()
     folder = str(folder)
     if not sha256 and not signers:
@@ -80,28 +85,25 @@ def check_trusted(folder: str | os.PathLike[str], *, sha256: str | None, signers
         raise HvdError(f"bundle: {exc}") from None
     except OSError as exc:
         raise HvdError(f"bundle: {folder}: {exc}") from None
-    _CHECKED[folder] = (manifest["sha256"], began, checked)
+    _CHECKED[folder] = (manifest["sha256"], began, checked, manifest)
     return manifest
 
 
+def trusted_manifest(folder: str | os.PathLike[str]) -> dict:
+    """The manifest check_trusted authenticated for ``folder`` in this process, whose files it found exactly so: the
+    roles are handed its entries (inventory.bundle_vars), never a folder to list."""
+    found = _CHECKED.get(str(folder))
+    if found is None:
+        raise HvdError(f"bundle: {folder}: not checked in this run (its manifest pinned or signed, every file by "
+                       "sha256): the roles are handed only a checked bundle's files")
+    return found[3]
+
+
 def verify(folder: str | os.PathLike[str]) -> list[str]:
-    """Every file's sha256 against the manifest, and files in the bundle's folders the manifest does not list."""
+    """Every file's sha256 against the manifest, and what the folder holds that the manifest does not list (a file,
+    a symlink anywhere): the rules of `up --bundle`'s check, every problem named."""
     manifest = load(folder)
-    problems = manifest_lib().verify(str(folder), manifest)
-    listed = {e["path"] for e in manifest["entries"]}
-    for rel in _present(Path(folder)):
-        if rel not in listed:
-            problems.append(f"{Path(folder) / rel}: not in the manifest (a file nobody vouches for)")
-    return problems
-
-
-def _present(folder: Path) -> list[str]:
-    found = []
-    for top in FOLDERS:
-        base = folder / top
-        if base.is_dir():
-            found += [str(p.relative_to(folder)) for p in base.rglob("*") if p.is_file() or p.is_symlink()]
-    return sorted(found)
+    return manifest_lib().verify(str(folder), manifest)
 
 
 def _sha256(path: Path) -> str:
@@ -116,18 +118,28 @@ def held(folder: Path) -> dict[str, str]:
         return {}
     have = {}
     for entry in manifest["entries"]:
-        path = folder / entry["path"]
+        path = Path(manifest_lib().inside(str(folder), entry["path"]))
         if path.is_file() and path.stat().st_size == entry["size"] and _sha256(path) == entry["sha256"]:
             have[entry["path"]] = entry["sha256"]
     return have
 
 
 def earlier_listing(dest: Path) -> set[str]:
-    """``bundle HOSTS DIR``: the paths an earlier manifest of DIR listed (the only files a run may remove). A folder that
-    is not empty and holds no manifest (nor the marker of a run cut short) is refused: it is not a bundle."""
+    """``bundle HOSTS DIR``: the paths an earlier manifest of DIR listed (the only files a run may remove), before
+    anything is written. A folder that is not empty and holds no manifest (nor the marker of a run cut short) is
+    refused: it is not a bundle. So is a DIR that is a symlink or holds one anywhere below it (found with lstat, none
+    followed): a write or a removal through it would land outside the folder."""
     lib = manifest_lib()
+    if dest.is_symlink():
+        raise HvdError(f"bundle DIR {dest}: a symlink; name the folder itself (nothing was changed)")
     if dest.exists() and not dest.is_dir():
         raise HvdError(f"bundle DIR {dest}: a file; name the bundle folder")
+    links = [rel for rel, info in walk_tree(str(dest)) if not stat.S_ISREG(info.st_mode)] if dest.is_dir() else []
+    if links:
+        names = ", ".join(lib.shown(rel) for rel in links[:lib.SHOWN])
+        more = f" (and {len(links) - lib.SHOWN} more)" if len(links) > lib.SHOWN else ""
+        raise HvdError(f"bundle DIR {dest}: holds a symlink or something else that is no plain file: {names}{more}; "
+                       "a bundle folder holds plain files only: remove them (nothing was changed)")
     if not (dest / lib.MANIFEST).exists():
         if dest.is_dir() and any(dest.iterdir()) and not (dest / MARKER).is_file():
             raise HvdError(f"bundle DIR {dest}: not empty and holds no {lib.MANIFEST}: not a bundle folder; name an "
@@ -155,13 +167,50 @@ def sign(dest: Path, key: str) -> Path:
     return signature
 
 
+def _write_new(target: Path, source: BinaryIO, sha256: str | None = None) -> str:
+    """``target`` written from ``source`` through a fresh temporary file beside it (tempfile.mkstemp: O_EXCL, an
+    unpredictable name, never through a link), renamed into place once whole - and, with ``sha256``, only when its
+    bytes have it. The sha256 of the bytes written."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        digest = hashlib.sha256()
+        with os.fdopen(handle, "wb") as out:
+            for block in iter(lambda: source.read(manifest_lib().BLOCK), b""):
+                digest.update(block)
+                out.write(block)
+        if sha256 is None or digest.hexdigest() == sha256:
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, target)
+        return digest.hexdigest()
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+
+
+def _target(dest: Path, rel: str) -> Path:
+    """dest/rel for a file this command writes into the bundle folder: ``rel`` a manifest path (hvd_bundle.path_problem)
+    whose join lies below ``dest`` (commonpath), checked before anything is written."""
+    lib = manifest_lib()
+    problem = lib.path_problem(rel)
+    if problem:
+        raise HvdError(f"bundle: {dest}: {rel!r} {problem}; nothing was written there")
+    try:
+        return Path(lib.inside(str(dest), rel))
+    except lib.BundleError as exc:
+        raise HvdError(f"bundle: {exc}") from None
+
+
+def mark(dest: Path) -> None:
+    """The marker of a run under way (MARKER), made without following a link (O_NOFOLLOW)."""
+    os.close(os.open(dest / MARKER, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644))
+
+
 def copy_if_changed(src: Path, dest: Path, sha256: str | None = None) -> bool:
     if dest.is_file() and dest.stat().st_size == src.stat().st_size and (sha256 is None or _sha256(dest) == sha256):
         return False
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dest)
+    with open(src, "rb") as source:
+        _write_new(dest, source)
     return True
 
 
@@ -174,7 +223,7 @@ def wheelhouse_entries(wheelhouse: str | None, dest: Path) -> list[dict[str, Any
         if not (src.is_file() and src.name.endswith(WHEELHOUSE_PATTERNS)):
             continue
         sha = _sha256(src)
-        copy_if_changed(src, dest / "wheelhouse" / src.name, sha)
+        copy_if_changed(src, _target(dest, f"wheelhouse/{src.name}"), sha)
         entries.append({"path": f"wheelhouse/{src.name}", "sha256": sha, "size": src.stat().st_size,
                         "why": "the wheelhouse of hosts.yaml when the bundle was made (its names are in the env's key)"})
     return entries
@@ -186,24 +235,19 @@ def _fetch_checked(source: Path | str | OSError, target: Path, sha: str, what: s
     moved in. Errors name ``what`` and, for other bytes, what was ``expected``."""
     if target.is_file() and _sha256(target) == sha:
         return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         if isinstance(source, OSError):
             raise source
         if isinstance(source, str):
-            with urllib.request.urlopen(source, timeout=60) as response, open(tmp, "wb") as out:  # noqa: S310
-                shutil.copyfileobj(response, out)
+            with urllib.request.urlopen(source, timeout=60) as response:  # noqa: S310
+                found = _write_new(target, response, sha)
         else:
-            shutil.copyfile(source, tmp)
+            with open(source, "rb") as handle:
+                found = _write_new(target, handle, sha)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise HvdError(f"bundle: {what}: cannot get it: {exc}") from None
-    found = _sha256(tmp)
     if found != sha:
-        tmp.unlink()
         raise HvdError(f"bundle: {what}: sha256 {found}, {expected}")
-    os.replace(tmp, target)
 
 
 def openmpi_entries(stack: dict[str, Any], dest: Path) -> list[dict[str, Any]]:
@@ -213,7 +257,7 @@ def openmpi_entries(stack: dict[str, Any], dest: Path) -> list[dict[str, Any]]:
     if mpi.get("source") != "source" or not mpi.get("url"):
         return []
     url, sha = str(mpi["url"]), str(mpi.get("sha256") or "").lower()
-    target = dest / "openmpi" / os.path.basename(url.rstrip("/").split("?", 1)[0])
+    target = _target(dest, "openmpi/" + os.path.basename(url.rstrip("/").split("?", 1)[0]))
     _fetch_checked(url if "://" in url else Path(url), target, sha, f"stack.mpi.url {url}",
                    f"stack.mpi.sha256 says {sha or '(none)'}")
     return [{"path": f"openmpi/{target.name}", "sha256": sha, "size": target.stat().st_size,
@@ -242,7 +286,7 @@ def cache_entries(keys: dict[str, str], cache_dir: Path, dest: Path) -> list[dic
         for item, item_why in ((path, why), (sidecar, f"the sha256 of {path.name}")):
             rel = f"cache/{item.relative_to(cache_dir)}"
             item_sha = sha if item is path else _sha256(item)
-            copy_if_changed(item, dest / rel, item_sha)
+            copy_if_changed(item, _target(dest, rel), item_sha)
             entries.append({"path": rel, "sha256": item_sha, "size": item.stat().st_size, "why": item_why})
     return entries
 
@@ -284,7 +328,7 @@ def conda_entries(env_archive: Path, channel: str | None, dest: Path) -> list[di
             continue
         url, _, sha = line.partition("#")
         subdir, name = url.rstrip("/").rsplit("/", 2)[-2:]
-        target = dest / "conda" / subdir / name
+        target = _target(dest, f"conda/{subdir}/{name}")
         local = Path(channel) / subdir / name if channel and "://" not in channel else None
         if local is not None and local.is_file():
             source: Path | str = local
@@ -303,14 +347,30 @@ def conda_entries(env_archive: Path, channel: str | None, dest: Path) -> list[di
         entries.append({"path": f"conda/{subdir}/{name}", "sha256": sha, "size": target.stat().st_size,
                         "why": "a package of the conda env's lock (hvd-conda.lock), for a rebuild without egress"})
     for subdir in sorted({"noarch", *repodata}):  # a channel always has noarch/
-        index = dest / "conda" / subdir / "repodata.json"
-        index.parent.mkdir(parents=True, exist_ok=True)
+        index = _target(dest, f"conda/{subdir}/repodata.json")
         data = repodata.get(subdir) or {"info": {"subdir": subdir}, "packages": {}, "packages.conda": {},
                                         "repodata_version": 1}
-        index.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        _write_new(index, io.BytesIO((json.dumps(data, indent=1, sort_keys=True) + "\n").encode()))
         entries.append({"path": f"conda/{subdir}/repodata.json", "sha256": _sha256(index),
                         "size": index.stat().st_size, "why": "the index of the bundle's conda channel"})
     return entries
+
+
+def _removable(dest: Path, rel: str) -> bool:
+    """Whether dest/rel, a path an earlier manifest listed, is a plain file this run may remove: ``rel`` a manifest
+    path below ``dest`` (_target), and no part of it a symlink (lstat from ``dest`` down; one is refused by name)."""
+    _target(dest, rel)
+    current = dest
+    for part in rel.split("/"):
+        current = current / part
+        try:
+            info = current.lstat()
+        except FileNotFoundError:
+            return False
+        if stat.S_ISLNK(info.st_mode):
+            raise HvdError(f"bundle: {current}: a symlink in the bundle folder: nothing is removed through it; remove "
+                           "it and run the bundle again")
+    return stat.S_ISREG(info.st_mode)
 
 
 def unpack_incoming(dest: Path) -> list[str]:
@@ -321,16 +381,13 @@ def unpack_incoming(dest: Path) -> list[str]:
         return names
     with tarfile.open(incoming) as tar:
         for member in tar.getmembers():
-            parts = Path(member.name).parts
-            if not member.isfile() or len(parts) != 2 or parts[0] not in ("apt", "pypi") or parts[1].startswith("."):
+            parts = member.name.split("/")
+            if (not member.isfile() or len(parts) != 2 or parts[0] not in ("apt", "pypi") or parts[1].startswith(".")
+                    or manifest_lib().path_problem(member.name)):
                 raise HvdError(f"bundle: {incoming}: unexpected member {member.name!r}; nothing was unpacked")
         for member in tar.getmembers():
-            target = dest / member.name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-            with tar.extractfile(member) as src, open(tmp, "wb") as out:
-                shutil.copyfileobj(src, out)
-            os.replace(tmp, target)
+            with tar.extractfile(member) as src:
+                _write_new(_target(dest, member.name), src)
             names.append(member.name)
     incoming.unlink()
     return names
@@ -339,20 +396,21 @@ def unpack_incoming(dest: Path) -> list[str]:
 def finish(dest: Path, collected: dict[str, Any], extra: list[dict[str, Any]], resolver: str,
            earlier: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
     """Complete the entries (sizes of files already held), remove the files an earlier manifest (``earlier``) listed
-    and this one does not (nothing else is ever removed), write the manifest last (an unchanged one is kept as it
-    was: the same sha256, its signature still valid)."""
+    and this one does not (nothing else is ever removed: a plain file below ``dest``, reached through no symlink),
+    write the manifest last (an unchanged one is kept as it was: the same sha256, its signature still valid), then
+    remove the marker of a run under way."""
     lib = manifest_lib()
     entries = []
     for item in collected.get("files") or []:
-        path = dest / item["path"]
+        path = _target(dest, item["path"])
         if not path.is_file():
             raise HvdError(f"bundle: {path}: the resolver listed it but it was not fetched; run the bundle again")
         entries.append({**item, "size": path.stat().st_size})
     entries += extra
     listed = {e["path"] for e in entries}
-    removed = [rel for rel in sorted(earlier - listed) if (dest / rel).is_file() or (dest / rel).is_symlink()]
+    removed = [rel for rel in sorted(earlier - listed) if _removable(dest, rel)]
     for rel in removed:
-        (dest / rel).unlink()
+        _target(dest, rel).unlink()
     made = {"by": "hvdcluster bundle", "resolver": resolver, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "keys": collected.get("keys") or {}}
     data = lib.dump(entries, made).encode("utf-8")
@@ -365,9 +423,8 @@ def finish(dest: Path, collected: dict[str, Any], extra: list[dict[str, Any]], r
         pass
     if not (dest / lib.MANIFEST).is_file() or data != (dest / lib.MANIFEST).read_bytes():
         (dest / lib.SIGNATURE).unlink(missing_ok=True)  # it signed the manifest this one replaces
-        tmp = dest / f".manifest.{os.getpid()}.tmp"
-        tmp.write_bytes(data)
-        os.replace(tmp, dest / lib.MANIFEST)
+        _write_new(dest / lib.MANIFEST, io.BytesIO(data))
+    (dest / MARKER).unlink(missing_ok=True)  # a bundle with its manifest: the manifest says it is one
     sizes: dict[str, int] = {}
     for entry in entries:
         top = entry["path"].split("/")[0]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from hvdcluster import bundle, cli, inventory, spec
+from hvdcluster.cli.common import with_bundle
 from hvdcluster.errors import HvdError
 
 LIB = bundle.manifest_lib()
@@ -83,12 +84,82 @@ def test_verify_names_a_missing_file_and_a_file_nobody_listed(folder: Path) -> N
     assert any("planted_1.0" in p and "not in the manifest" in p for p in problems), problems
 
 
-def test_a_manifest_path_that_leaves_the_folder_is_refused(tmp_path: Path) -> None:
-    folder = make_bundle(tmp_path / "b", {"apt/Packages": b"x"})
-    text = (folder / "manifest.yaml").read_text().replace("path: apt/Packages", "path: ../../etc/passwd")
+@pytest.mark.parametrize("rel, why", [
+    ("../../etc/passwd", "has a '..' part: it leaves the bundle folder"),
+    ("/etc/passwd", "is absolute: it leaves the bundle folder"),
+    ("cache//etc/x", "has an empty or '.' part"),
+    ("pypi/a/../../../b", "has a '..' part"),
+    ("a/../b", "has a '..' part"),
+    ("./x", "has an empty or '.' part"),
+    ("pypi//x", "has an empty or '.' part"),
+    ("pypi/./x", "has an empty or '.' part"),
+    ("pypi/", "has an empty or '.' part"),
+    ("pypi\\..\\..\\x", "holds a backslash"),
+    ("pypi/a\nb", "holds a backslash or a character that is not printable"),
+    ("etc/passwd", "is not a file in one of the bundle's folders (apt/, pypi/"),
+    ("pypi", "is not a file in one of the bundle's folders"),
+    ("manifest.yaml", "is not a file in one of the bundle's folders"),
+    ("", "is empty"),
+])
+def test_a_manifest_path_that_is_not_plain_is_refused_by_its_index_and_path(tmp_path: Path, rel: str, why: str) -> None:
+    folder = make_bundle(tmp_path / "b", {"apt/Packages": b"x", "pypi/six.whl": b"y"})
+    text = (folder / "manifest.yaml").read_text().replace("path: pypi/six.whl", f"path: {json.dumps(rel)}")
     (folder / "manifest.yaml").write_text(text)
-    with pytest.raises(Exception, match="leaves the bundle folder"):
+    with pytest.raises(HvdError) as caught:
         bundle.load(folder)
+    assert f"manifest.yaml: files[1]: path {rel!r} {why}" in str(caught.value), str(caught.value)
+    assert len(str(caught.value).splitlines()) == 1
+
+
+def test_a_manifest_listing_one_path_twice_or_a_sha256_that_is_no_digest_is_refused(tmp_path: Path) -> None:
+    folder = make_bundle(tmp_path / "b", {"apt/Packages": b"x", "pypi/six.whl": b"y"})
+    manifest = folder / "manifest.yaml"
+    good = manifest.read_text()
+    manifest.write_text(good.replace("path: pypi/six.whl", "path: apt/Packages"))
+    with pytest.raises(HvdError, match=r"files\[1\]: path 'apt/Packages' is listed twice \(files\[0\] too\)"):
+        bundle.load(folder)
+    manifest.write_text(good.replace(hashlib.sha256(b"y").hexdigest(), "sha256:" + "0" * 57))
+    with pytest.raises(HvdError, match=r"files\[1\]: sha256 'sha256:0+' of 'pypi/six.whl' is not a sha256 digest"):
+        bundle.load(folder)
+
+
+def test_up_with_a_manifest_path_into_the_root_writes_nothing_outside_the_controller_cache(
+        tmp_path: Path, controller_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`cache//ABS` once passed the check and the controller cache's join (os.path.join with an absolute second part)
+    wrote ABS itself: the bundle holds the file (below cache/), the pinned manifest lists it by that path."""
+    sentinel = tmp_path / "outside" / "sentinel"
+    rel = f"cache/{sentinel}"  # cache//tmp/.../outside/sentinel
+    assert "//" in rel
+    folder = make_bundle(tmp_path / "b", {"apt/Packages": b"x"})
+    planted = folder / "cache" / str(sentinel).lstrip("/")
+    planted.parent.mkdir(parents=True)
+    planted.write_bytes(b"written by the bundle")
+    lines = (folder / "manifest.yaml").read_text()
+    (folder / "manifest.yaml").write_text(lines + f"- path: {rel}\n  sha256: {hashlib.sha256(b'written by the bundle').hexdigest()}\n"
+                                          "  size: 21\n  why: x\n  role: hvd_pyenv\n")
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(HOSTS + pinned(folder))
+    assert cli.main(["up", str(hosts), "-o", str(tmp_path / "inv"), "--bundle", str(folder)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"files[1]: path {rel!r} has an empty or '.' part" in err, err
+    assert not sentinel.exists() and not sentinel.parent.exists()
+    assert not (tmp_path / "inv").exists() and not controller_cache.exists()
+
+
+def test_a_symlinked_folder_in_the_bundle_is_refused_by_name_and_nothing_is_written(
+        tmp_path: Path, controller_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = make_bundle(tmp_path / "b", FILES)
+    elsewhere = tmp_path / "elsewhere"
+    (folder / "pypi").rename(elsewhere)  # the same listed wheel, reached through a link
+    (folder / "pypi").symlink_to(elsewhere)
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(HOSTS + pinned(folder))
+    assert cli.main(["up", str(hosts), "-o", str(tmp_path / "inv"), "--bundle", str(folder)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{folder}: holds 1 file(s) its manifest does not list" in err, err
+    assert ": pypi (a symlink);" in err, err
+    assert not (tmp_path / "inv").exists() and not controller_cache.exists()
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["six-1.16.0-py2.py3-none-any.whl"]
 
 
 def test_the_apt_archive_is_the_same_bytes_for_the_same_bundle(tmp_path: Path) -> None:
@@ -156,16 +227,28 @@ def test_up_bundle_refuses_hosts_yaml_with_another_source(folder: Path, tmp_path
     assert "sets network.pip_index" in capsys.readouterr().err
 
 
-def test_the_inventory_points_the_roles_at_the_bundle(folder: Path, tmp_path: Path) -> None:
-    (folder / "wheelhouse").mkdir()
-    (folder / "wheelhouse" / "torch-2.13.0-cp311-cp311-linux_x86_64.whl").write_bytes(b"w")
+def test_the_inventory_hands_the_roles_the_checked_manifests_files_never_a_folder(tmp_path: Path) -> None:
+    files = {**FILES, "wheelhouse/torch-2.13.0-cp311-cp311-linux_x86_64.whl": b"w",
+             "conda/noarch/repodata.json": b"{}", "conda/linux-64/python-3.11.9-h0_0.conda": b"py"}
+    folder = make_bundle(tmp_path / "bundle", files)
     hosts = tmp_path / "hosts.yaml"
-    hosts.write_text(HOSTS + f"network: {{bundle: '{folder}'}}\n")
-    net = inventory.group_vars(spec.load(str(hosts)))["network.yml"]
+    hosts.write_text(HOSTS + f"network: {{bundle: '{folder}', "
+                             f"bundle_sha256: '{hashlib.sha256((folder / 'manifest.yaml').read_bytes()).hexdigest()}'}}\n")
+    cluster = spec.load(str(hosts))
+    with pytest.raises(HvdError, match="not checked in this run"):  # only a checked bundle's files are handed out
+        inventory.group_vars(cluster)
+    with_bundle(cluster, None)  # up's check: pinned, exactly its files, each by sha256
+    net = inventory.group_vars(cluster)["network.yml"]
     assert net["hvd_base_bundle"] == str(folder)
-    assert net["hvd_pyenv_wheelhouse"] == str(folder / "wheelhouse")
-    assert net["hvd_pyenv_index_wheels"] == str(folder / "pypi")
+    assert net["hvd_pyenv_wheelhouse"] == "" and net["hvd_pyenv_conda_channel"] == ""
+    assert "hvd_pyenv_index_wheels" not in net
+    assert net["hvd_pyenv_bundle_files"] == [
+        {"src": str(folder / rel), "path": rel, "sha256": hashlib.sha256(files[rel]).hexdigest()}
+        for rel in sorted(files) if rel.split("/")[0] in ("pypi", "wheelhouse", "conda")]
     assert net["hvd_base_pip_index"] == "" and net["hvd_base_apt_proxy"] == ""
+    # a file added after the check is not handed out: the list is the manifest's, not the folder's
+    (folder / "pypi" / "planted-1.0.tar.gz").write_bytes(b"sdist")
+    assert "pypi/planted-1.0.tar.gz" not in str(inventory.group_vars(cluster)["network.yml"])
 
 
 TARBALL = b"openmpi source " * 64
@@ -247,7 +330,8 @@ def test_a_conda_envs_locked_packages_become_an_indexed_channel_in_the_bundle(tm
         bundle.conda_entries(archive, str(channel), tmp_path / "bundle2")
 
 
-def test_a_venv_archive_adds_no_conda_channel_and_the_inventory_points_at_one_that_exists(tmp_path: Path) -> None:
+def test_a_venv_archive_adds_no_conda_channel_and_the_roles_get_the_conda_files_the_manifest_lists(
+        tmp_path: Path) -> None:
     import subprocess  # noqa: PLC0415
 
     env = tmp_path / "venv"
@@ -256,7 +340,13 @@ def test_a_venv_archive_adds_no_conda_channel_and_the_inventory_points_at_one_th
     archive = tmp_path / "env.tar.zst"
     subprocess.run(["tar", "-C", str(env), "--zstd", "-cf", str(archive), "."], check=True)
     assert bundle.conda_entries(archive, None, tmp_path / "b") == []
-    assert inventory.bundle_vars(str(tmp_path / "b"))["hvd_pyenv_conda_channel"] == ""
-    (tmp_path / "b" / "conda" / "noarch").mkdir(parents=True)
-    assert inventory.bundle_vars(str(tmp_path / "b"))["hvd_pyenv_conda_channel"] == str(
-        (tmp_path / "b" / "conda").resolve())
+    listed = {"entries": [{"path": "apt/Packages", "sha256": "0" * 64}, {"path": "pypi/x.whl", "sha256": "1" * 64}]}
+    handed = inventory.bundle_vars(str(tmp_path / "b"), manifest=listed)
+    assert handed["hvd_pyenv_conda_channel"] == "" and [f["path"] for f in handed["hvd_pyenv_bundle_files"]] == [
+        "pypi/x.whl"]
+    (tmp_path / "b" / "conda" / "noarch").mkdir(parents=True)  # a folder the manifest does not list: nothing
+    assert [f["path"] for f in inventory.bundle_vars(str(tmp_path / "b"), manifest=listed)[
+        "hvd_pyenv_bundle_files"]] == ["pypi/x.whl"]
+    listed["entries"].append({"path": "conda/noarch/repodata.json", "sha256": "2" * 64})
+    assert [f["path"] for f in inventory.bundle_vars(str(tmp_path / "b"), manifest=listed)[
+        "hvd_pyenv_bundle_files"]] == ["pypi/x.whl", "conda/noarch/repodata.json"]

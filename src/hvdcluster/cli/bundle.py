@@ -63,8 +63,9 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     _bundle_folders(args)
     check_environment()
     output = check_output(args.output)
-    dest = Path(args.dir).expanduser().resolve()
+    dest = Path(os.path.abspath(Path(args.dir).expanduser()))  # DIR itself not resolved: a symlink is refused
     earlier = bundle.earlier_listing(dest)  # what a re-run may remove; a folder that is no bundle is refused
+    dest = dest.resolve()
     if args.sign and not (os.path.isfile(args.sign) and os.access(args.sign, os.R_OK)):
         raise HvdError(f"--sign: {args.sign}: not a readable file; name an OpenSSH private key (ssh-keygen -Y sign)")
     if spec.load(args.hosts).network.bundle:
@@ -76,7 +77,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     if node not in names:
         raise HvdError(f"--node: unknown host {node!r} (hosts of {cluster.path}: {', '.join(names)})")
     dest.mkdir(parents=True, exist_ok=True)
-    (dest / bundle.MARKER).touch()  # a run cut short before its manifest may run again into this folder
+    bundle.mark(dest)  # a run cut short before its manifest may run again into this folder
     console = console_for(args)
     have = bundle.held(dest)
     extra = bundle.wheelhouse_entries(cluster.network.wheelhouse, dest) + bundle.openmpi_entries(plan.stack, dest)
