@@ -93,8 +93,8 @@ EXAMPLES = r"""
         state: absent
       - path: /run/hvdcluster
         state: directory
-        owner: root
-        mode: "01777"
+        owner: hvd
+        mode: "0700"
       - path: ~hvd/.ssh/authorized_keys
         state: line
         regexp: " hvdcluster@lab$"

@@ -1,13 +1,13 @@
 """Job leases and roll marks on the nodes: what keeps a rolling change off nodes where work runs, and jobs off nodes
 being changed.
 
-Both are small JSON files in ``/run/hvdcluster`` on the node (hvd_base makes it: root's, mode 1777 like /tmp, and
-on tmpfs, so a reboot, which ends every job, clears them). ``hvdcluster run`` writes ``job-<id>.json`` on every node
-its ranks run on before it launches and removes it when the job ends, however it ends (normal exit, failure,
-Ctrl-C, SIGTERM). ``hvdcluster up --rolling`` writes ``roll-<id>.json`` on the nodes of a batch while it changes
-them. Each names its holder the way the build leases do (plugins/module_utils/hvd_holder.py): the ``hvdcluster``
-process, its start time, host and boot. A holder that is gone (SIGKILL, a crashed controller) left a stale file:
-it no longer counts.
+Both are small JSON files in ``/run/hvdcluster`` on the node (hvd_base makes it: the login user's, mode 0700, and on
+tmpfs, so a reboot, which ends every job, clears them). ``hvdcluster run`` writes ``job-<id>.json`` (mode 0600) on
+every node its ranks run on before it launches and removes it when the job ends, however it ends (normal exit,
+failure, Ctrl-C, SIGTERM). ``hvdcluster up --rolling`` writes ``roll-<id>.json`` on the nodes of a batch while it
+changes them. Each names its holder the way the build leases do (plugins/module_utils/hvd_holder.py): the
+``hvdcluster`` process, its start time, host and boot. A holder that is gone (SIGKILL, a crashed controller) left a
+stale file: it no longer counts.
 
 Each side writes its own file first and only then looks at the other's: a roll writes its mark, then looks for
 jobs; a job writes its lease, then looks for marks. Of a job and a roll that start together at least one sees the
@@ -19,6 +19,18 @@ looks (``scontrol update state=DRAIN reason="hvdcluster roll <id>"``: Slurm star
 Slurm jobs running there (``squeue -w``) as running work; it resumes the node when done with it, and only a node it
 drained itself (the reason is its own): a node someone else drained or took down stays as they left it. A node whose
 ``scontrol`` cannot reach the controller cannot be read.
+
+What another local user writes is untrusted (ARCHITECTURE.md, "Trust boundaries"): the node side
+(node_records.py, run by the node's ``python3 -I``) believes only files with our names that the login user or root
+wrote, in a folder no other user can replace them in, reads at most 256 of 64 KiB, removes only the login user's
+files we named, and answers with one JSON document on one line (``PREFIX``); what it ignored comes back named and
+is never believed. The names of processes and Slurm jobs frame nothing.
+
+How old a record is: its file's age on the node's own clock (the kernel's time of writing; only its owner could move
+it), never the start time it claims, so the clocks of other controllers do not matter. A record written more than
+``FUTURE_SKEW`` seconds in the future is stale ("start time in the future: not believed"): it never holds a node
+until the next reboot. Without the node's word (a record handed in directly) its ``started_epoch`` is taken, by the
+same rule. An unreadable record (not JSON) counts until it is as old as a record of another controller may be.
 """
 
 from __future__ import annotations
@@ -30,23 +42,35 @@ import re
 import shlex
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_defaults import RUN_DIR
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_holder import holder_record, process, stale_reason
 
 from .inventory import Inventory
+from .progress import printable
 
 DIR = RUN_DIR
 JOB, ROLL = "job", "roll"
 # A holder on another controller cannot be checked by pid: its job lease counts for this long (a training run may
 # take days), its roll mark for a day.
 STALE_AFTER = {JOB: 14 * 86400, ROLL: 86400}
+FUTURE_SKEW = 300  # seconds a record may seem to come from the future (clocks differ a little), no more
+FUTURE = "start time in the future: not believed"
+NODE_SCRIPT = Path(__file__).with_name("node_records.py")
+PREFIX = "hvd-node-look "  # node_records.PREFIX: the line of the node's answer
+_NAME = re.compile(r"(job|roll)-\d{8}T\d{6}-\d+\.json")  # node_records.NAME
+COMMAND_CHARS = 8192  # of a job's argv kept in its lease
+# The fields the holder rule reads, with their types (absent or null is fine: hvd_holder's rule copes).
+_FIELDS = {"pid": int, "pid_start": str, "host": str, "boot_id": str, "run_id": str, "kind": str,
+           "started_epoch": (int, float)}
 
 
 @dataclass
 class Look:
-    """What one node holds: every lease and mark (file name -> its record; None when unreadable) and its GPU
+    """What one node holds: every lease and mark (file name -> its record; None when not JSON, {} when empty) with
+    its age on the node's clock (seconds), the entries ignored there (named, escaped: never believed), its GPU
     compute processes; ``error`` when the node could not be read."""
 
     host: str
@@ -54,7 +78,10 @@ class Look:
     gpu_apps: list[str] = field(default_factory=list)
     error: str | None = None
     slurm: dict[str, str] | None = None  # under Slurm: its node record (NodeName, State, Reason ...), else None
-    slurm_jobs: list[str] = field(default_factory=list)  # "<id> <user> <name>" of the Slurm jobs running there
+    slurm_jobs: list[str] = field(default_factory=list)  # "<id> <user> <name>" (or "<id>") of the Slurm jobs there
+    ages: dict[str, float] = field(default_factory=dict)
+    ignored: list[str] = field(default_factory=list)
+    shared: bool = False  # the folder is writable by other users (sticky: an old hvd_base made it so)
 
     @property
     def drained_by(self) -> str:
@@ -64,10 +91,22 @@ class Look:
 
 
 def mine(kind: str, run_id: str, **extra: Any) -> dict:
-    """The record of a lease or mark this process takes now."""
+    """The record of a lease or mark this process takes now (a long argv cut at COMMAND_CHARS characters)."""
     me = process(os.getpid()) or {}
+    if isinstance(extra.get("command"), list):
+        extra["command"] = _short(extra["command"])
     return {**holder_record(run_id, {"pid": os.getpid(), "start": me.get("start")}), "kind": kind,
             "user": getpass.getuser(), **extra}
+
+
+def _short(command: list[str]) -> list[str]:
+    out, size = [], 0
+    for word in command:
+        size += len(word) + 1
+        if size > COMMAND_CHARS:
+            return [*out, "..."]
+        out.append(word)
+    return out
 
 
 def file_name(record: dict) -> str:
@@ -98,91 +137,85 @@ def orphaned_drain(node: Look, ours: str = "") -> str | None:
     if not _RUN_ID.fullmatch(run_id):
         return None
     mark = f"{ROLL}-{run_id}.json"
-    if mark in node.holders and staleness(node.holders[mark]) is None:
+    if mark in node.holders and staleness(node.holders[mark], age=node.ages.get(mark), kind=ROLL) is None:
         return None  # that roll's mark still counts: it may be running (from another controller)
     return run_id
 
 
-SLURM_SCRIPT = r"""
-if command -v scontrol >/dev/null 2>&1; then
-  n=$(hostname -s)
-  if line=$(scontrol -o show node "$n" 2>&1); then
-    s=; [ "$(id -u)" = 0 ] || s="sudo -n"
-    st=$(printf '%s\n' "$line" | tr ' ' '\n' | sed -n 's/^State=//p')
-    case "$slurm" in
-      drain) case "$st" in *DRAIN*|*DOWN*|*FAIL*) ;; *)
-        $s scontrol update nodename="$n" state=DRAIN reason="$reason" >/dev/null 2>&1 ||
-          { echo "hvd-slurm-error cannot drain $n in Slurm (scontrol update as root: sudo -n)"; exit 5; }
-        line=$(scontrol -o show node "$n" 2>&1) ;; esac ;;
-      resume) mine=; case "$line" in *" Reason=$reason "*|*" Reason=$reason") mine=1 ;; esac
-        for id in $adopt; do case "$line" in *" Reason=hvdcluster roll $id "*|*" Reason=hvdcluster roll $id") mine=1 ;;
-        esac; done
-        case "$mine$st" in 1*DRAIN*)
-        $s scontrol update nodename="$n" state=RESUME >/dev/null 2>&1 ||
-          { echo "hvd-slurm-error cannot resume $n in Slurm (scontrol update as root: sudo -n)"; exit 5; }
-        line=$(scontrol -o show node "$n" 2>&1) ;; esac ;;
-    esac
-    printf 'hvd-slurm %s\n' "$line"
-    jobs=$(squeue -h -w "$n" -t RUNNING,COMPLETING,SUSPENDED -o '%A %u %j' 2>&1) ||
-      { printf 'hvd-slurm-error squeue -w %s: %s\n' "$n" "$jobs" | head -n 1; exit 5; }
-    printf '%s\n' "$jobs" | sed '/^$/d; s/^/hvd-slurm-job /'
-  else
-    case "$line" in *"not found"*) ;; *) printf 'hvd-slurm-error %s\n' "$line" | head -n 1; exit 5 ;; esac
-  fi
-fi
-"""
-
-
 def script(put: dict | None = None, drop: list[str] | tuple[str, ...] = (), slurm: str | None = None,
            reason: str = "", adopt: list[str] | tuple[str, ...] = ()) -> str:
-    """Shell for the node (as the login user): remove our files ``drop``, write ``put`` (never over an existing
-    file), then (``slurm``: "drain" or "resume", with ``reason``, on a node Slurm knows) drain or resume it, and list
-    every lease and mark, the GPU compute processes and the Slurm jobs running there. A resume also takes back the
-    drains of the gone rolls ``adopt`` (their ids, as :func:`orphaned_drain` found them)."""
+    """The command line for the node's login shell (the login user): node_records.py run by ``python3 -I``, which
+    removes our files ``drop``, writes ``put`` (never over an existing file), then (``slurm``: "drain" or "resume",
+    with ``reason``, on a node Slurm knows) drains or resumes it, and lists every lease and mark, the GPU compute
+    processes and the Slurm jobs running there. A resume also takes back the drains of the gone rolls ``adopt``
+    (their ids, as :func:`orphaned_drain` found them)."""
     if any(not _RUN_ID.fullmatch(run_id) for run_id in adopt):
         raise ValueError(f"not a roll id: {adopt}")
-    lines = [f"d={DIR}", '[ -d "$d" ] || { echo "hvd-missing $d"; exit 3; }']
-    lines += [f'rm -f -- "$d"/{shlex.quote(name)}' for name in drop]
-    if put is not None:
-        text = json.dumps(put, sort_keys=True)
-        lines.append(f'(umask 022; set -C; printf "%s\\n" {shlex.quote(text)} > "$d"/{shlex.quote(file_name(put))})'
-                     ' || { echo "hvd-unwritable $d"; exit 4; }')
-    lines.append('for f in "$d"/*.json; do [ -f "$f" ] || continue; printf "hvd-holder %s " "${f##*/}"; '
-                 'head -c 65536 "$f" | tr -d "\\n"; echo; done')
-    lines.append("if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi --query-compute-apps=pid,process_name "
-                 '--format=csv,noheader 2>/dev/null | sed "s/^/hvd-gpu-app /"; fi')
-    lines += [f"slurm={shlex.quote(slurm or '')}", f"reason={shlex.quote(reason)}",
-              f"adopt={shlex.quote(' '.join(adopt))}", SLURM_SCRIPT.strip()]
-    lines.append("exit 0")
-    return "\n".join(lines)
+    args = {"dir": DIR, "drop": list(drop), "slurm": slurm or "", "reason": reason, "adopt": list(adopt),
+            "put": json.dumps(put, sort_keys=True) if put is not None else None,
+            "put_name": file_name(put) if put is not None else None}
+    return shlex.join(["python3", "-I", "-c", NODE_SCRIPT.read_text(encoding="utf-8"), json.dumps(args)])
+
+
+def _record(text: str) -> dict | None:
+    if not text.strip():
+        return {}  # created and not yet written (or its writer died in between): hvd_holder's rule for empty ones
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or any(record.get(key) is not None and not isinstance(record[key], kinds)
+                                           for key, kinds in _FIELDS.items()):
+        return None  # not a record hvdcluster wrote: unreadable
+    return record
+
+
+def _texts(value: Any) -> list[str]:
+    return [printable(v, newlines=False) for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
 def parse(host: str, rc: int, out: str | None, err: str | None = "") -> Look:
+    """The node's answer (the last line of ``out`` that starts with PREFIX: one JSON document) as a Look."""
     look, err = Look(host), err or ""
+    answer = None
     for line in (out or "").splitlines():
-        word, _, rest = line.partition(" ")
-        if word == "hvd-holder":
-            name, _, text = rest.partition(" ")
-            try:
-                record = json.loads(text)
-            except ValueError:
-                record = None
-            look.holders[name] = record if isinstance(record, dict) else None
-        elif word == "hvd-gpu-app" and rest.strip():
-            look.gpu_apps.append(rest.strip())
-        elif word == "hvd-slurm":
-            look.slurm = slurm_fields(rest)
-        elif word == "hvd-slurm-job" and rest.strip():
-            look.slurm_jobs.append(rest.strip())
-        elif word == "hvd-slurm-error":
-            look.error = f"Slurm: {rest.strip()}"
-        elif word == "hvd-missing":
-            look.error = f"{rest} is missing (hvd_base makes it; a node without systemd loses it at reboot): run " \
-                         "`hvdcluster up`"
-        elif word == "hvd-unwritable":
-            look.error = f"cannot write in {rest} as the login user"
-    if rc != 0 and look.error is None:
-        look.error = f"unreachable or failed (rc {rc}): {err.strip().splitlines()[-1] if err.strip() else ''}".rstrip()
+        if line.startswith(PREFIX):
+            answer = line[len(PREFIX):]
+    try:
+        doc = json.loads(answer) if answer is not None else None
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        tail = printable(err.strip().splitlines()[-1], newlines=False) if err.strip() else ""
+        look.error = f"unreachable or failed (rc {rc}): {tail}".rstrip()
+        return look
+    holders, ages = doc.get("holders"), doc.get("ages")
+    for name, text in (holders.items() if isinstance(holders, dict) else ()):
+        if _NAME.fullmatch(name) and isinstance(text, str):
+            look.holders[name] = _record(text)
+            age = ages.get(name) if isinstance(ages, dict) else None
+            if isinstance(age, (int, float)):
+                look.ages[name] = float(age)
+    look.ignored = _texts(doc.get("ignored"))
+    more = doc.get("ignored_more")
+    if isinstance(more, int) and more > 0:
+        look.ignored.append(f"{more} more")
+    look.shared = doc.get("shared") is True
+    look.gpu_apps = _texts(doc.get("gpu_apps"))
+    look.slurm_jobs = _texts(doc.get("slurm_jobs"))
+    if isinstance(doc.get("slurm"), str):
+        look.slurm = slurm_fields(doc["slurm"])
+    error = doc.get("error")
+    if isinstance(error, dict):
+        code, text = error.get("code"), printable(error.get("text", ""), newlines=False)
+        look.error = {
+            "missing": f"{text} is missing (hvd_base makes it; a node without systemd loses it at reboot): run "
+                       "`hvdcluster up`",
+            "unwritable": f"cannot write in {DIR} as the login user: {text}",
+            "unreadable": f"cannot read {DIR}: {text}: `hvdcluster up` makes it the login user's",
+            "untrusted": f"{text}: nothing in it is believed (`hvdcluster up` makes it the login user's, mode 0700)",
+            "slurm": f"Slurm: {text}",
+        }.get(code, f"{DIR}: {text}")
     return look
 
 
@@ -201,41 +234,58 @@ def look(inv: Inventory, hosts: list[str], *, put: dict | None = None, drop: lis
     """Run :func:`script` on every one of ``hosts`` over SSH, in parallel."""
     from .launch import on_each
 
-    answers = on_each(inv, hosts, "sh -c " + shlex.quote(script(put, drop, slurm, reason, adopt)), timeout)
-    return {host: Look(host, error=proc) if isinstance(proc, str) else
+    answers = on_each(inv, hosts, script(put, drop, slurm, reason, adopt), timeout)
+    return {host: Look(host, error=printable(proc, newlines=False)) if isinstance(proc, str) else
             parse(host, proc.returncode, proc.stdout, proc.stderr) for host, proc in answers.items()}
 
 
-def staleness(record: dict | None, now: float | None = None) -> str | None:
-    """Why a lease or mark no longer counts, or None while its holder may be alive (hvd_holder's rule)."""
-    if record is None:
-        return None  # unreadable: counted, never guessed away
-    started = record.get("started_epoch")
-    age = (now or time.time()) - (started if isinstance(started, (int, float)) else 0)
-    return stale_reason(record, age, STALE_AFTER.get(str(record.get("kind")), STALE_AFTER[JOB]))
+def staleness(record: dict | None, now: float | None = None, *, age: float | None = None,
+              kind: str | None = None) -> str | None:
+    """Why a lease or mark no longer counts, or None while its holder may be alive (hvd_holder's rule). ``age``: the
+    file's age on the node's clock (what Look.ages holds); without it, ``started_epoch``. ``kind``: the file name's
+    (job or roll), else the record's."""
+    if age is None:
+        if record is None:
+            return None  # unreadable and of no known age: counted, never guessed away
+        started = record.get("started_epoch")
+        age = (now or time.time()) - (started if isinstance(started, (int, float)) else 0)
+    if age < -FUTURE_SKEW:
+        return FUTURE
+    kind = kind or str((record or {}).get("kind"))
+    return stale_reason(record, max(age, 0.0), STALE_AFTER.get(kind, STALE_AFTER[JOB]))
 
 
 def describe(record: dict | None) -> str:
+    """The record's holder in one printable line (every field a node supplied escaped, the command cut short)."""
     if not record:
-        return "an unreadable record"
+        return "an unreadable record" if record is None else "an empty record"
     what = "job" if record.get("kind") == JOB else "hvdcluster up --rolling"
     command = record.get("command")
-    tail = f": {' '.join(shlex.join(command).split())[:120]}" if isinstance(command, list) and command else ""
-    return (f"{what} {record.get('run_id')} of {record.get('user')} (pid {record.get('pid')} on "
-            f"{record.get('host')}, since {record.get('started')}){tail}")
+    tail = ""
+    if isinstance(command, list) and command and all(isinstance(word, str) for word in command):
+        tail = f": {' '.join(shlex.join(command).split())[:120]}"
+    text = (f"{what} {str(record.get('run_id'))[:40]} of {str(record.get('user'))[:40]} (pid "
+            f"{str(record.get('pid'))[:20]} on {str(record.get('host'))[:80]}, since "
+            f"{str(record.get('started'))[:40]}){tail}")
+    return printable(text, newlines=False)
+
+
+def _kind(name: str) -> str:
+    return name.split("-", 1)[0]
 
 
 def live(node: Look, kind: str, ours: str | None = None) -> list[tuple[str, dict | None]]:
     """The live leases (``kind`` job) or marks (roll) on the node, other than ours (file name ``ours``)."""
     return [(name, record) for name, record in sorted(node.holders.items())
-            if name.startswith(kind + "-") and name != ours and staleness(record) is None]
+            if _kind(name) == kind and name != ours
+            and staleness(record, age=node.ages.get(name), kind=kind) is None]
 
 
 def stale(node: Look) -> list[tuple[str, dict | None, str]]:
     """The files whose holder is gone, with why."""
     out = []
     for name, record in sorted(node.holders.items()):
-        reason = staleness(record)
+        reason = staleness(record, age=node.ages.get(name), kind=_kind(name))
         if reason is not None:
             out.append((name, record, reason))
     return out
@@ -248,3 +298,12 @@ def busy(node: Look, ours: str | None = None) -> list[str]:
     reasons += [f"GPU compute process {app}" for app in node.gpu_apps]
     reasons += [f"Slurm job {job}" for job in node.slurm_jobs]
     return reasons
+
+
+def ignored(host: str, node: Look) -> str | None:
+    """One line naming what the node ignored in its folder (never believed), or None."""
+    if not node.ignored and not node.shared:
+        return None
+    words = f"ignored in {DIR} (not believed): {'; '.join(node.ignored)}" if node.ignored else ""
+    hint = f"{DIR} is writable by other users: `hvdcluster up` makes it the login user's" if node.shared else ""
+    return f"{host}: {'; '.join(w for w in (words, hint) if w)}"

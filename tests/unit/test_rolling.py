@@ -72,25 +72,27 @@ def _node(folder: Path, monkeypatch, path: str = "/usr/bin:/bin", **kwargs) -> j
 
 def test_the_node_script_writes_lists_and_removes_leases_and_never_overwrites_one(tmp_path, monkeypatch) -> None:
     run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    record = jobs.mine(jobs.JOB, "j1", hosts=["n1"], command=["python", "train.py"])
+    run_dir.mkdir(mode=0o700)
+    record = jobs.mine(jobs.JOB, "20261126T001901-1", hosts=["n1"], command=["python", "train.py"])
+    lease = "job-20261126T001901-1.json"
     look = _node(run_dir, monkeypatch, put=record)
-    assert look.error is None and look.holders == {"job-j1.json": record}, look
-    assert jobs.busy(look) == [f"running {jobs.describe(record)}"] and jobs.busy(look, ours="job-j1.json") == []
-    assert "job j1 of" in jobs.describe(record) and ": python train.py" in jobs.describe(record)
-    again = _node(run_dir, monkeypatch, put={**record, "user": "someone else"})  # set -C: never over a file
+    assert look.error is None and look.holders == {lease: record}, look
+    assert jobs.busy(look) == [f"running {jobs.describe(record)}"] and jobs.busy(look, ours=lease) == []
+    assert "job 20261126T001901-1 of" in jobs.describe(record) and ": python train.py" in jobs.describe(record)
+    assert (run_dir / lease).stat().st_mode & 0o777 == 0o600  # the job's argv: the login user's to read
+    again = _node(run_dir, monkeypatch, put={**record, "user": "someone else"})  # O_EXCL: never over a file
     assert again.error and "cannot write" in again.error
-    assert json.loads((run_dir / "job-j1.json").read_text()) == record
-    (run_dir / "roll-x.json").write_text("{not json\n")
-    seen = _node(run_dir, monkeypatch, drop=["job-j1.json"])
-    assert seen.holders == {"roll-x.json": None} and not (run_dir / "job-j1.json").exists()
+    assert json.loads((run_dir / lease).read_text()) == record
+    (run_dir / "roll-20261126T001901-2.json").write_text("{not json\n")
+    seen = _node(run_dir, monkeypatch, drop=[lease])
+    assert seen.holders == {"roll-20261126T001901-2.json": None} and not (run_dir / lease).exists()
     assert jobs.busy(seen) == ["being changed by an unreadable record"]  # unreadable counts: never guessed away
     assert _node(tmp_path / "absent", monkeypatch).error.startswith(f"{tmp_path / 'absent'} is missing")
 
 
 def test_gpu_compute_processes_count_as_running_work() -> None:
-    """nvidia-smi's --query-compute-apps lines, as the node script prefixes them (no GPU here: the text is typed)."""
-    look = jobs.parse("g1", 0, "hvd-gpu-app 4242, python\n")
+    """nvidia-smi's --query-compute-apps, as the node script answers them (no GPU here: the answer is typed)."""
+    look = jobs.parse("g1", 0, jobs.PREFIX + json.dumps({"gpu_apps": ["4242, python"]}) + "\n")
     assert jobs.busy(look) == ["GPU compute process 4242, python"]
 
 
@@ -210,7 +212,7 @@ def _slurm_node(tmp_path: Path, monkeypatch, state: str, drained: str, **kwargs)
     line = LINE.format(state=state, reason=f" Reason={drained} [root@2026-11-26T00:19:01]" if drained else "")
     for name, body in {"hostname": "echo node3", "scontrol": f"echo \"scontrol $*\" >> {log}; "
                        f"[ \"$1\" = -o ] && echo '{line}'; exit 0",
-                       "squeue": "echo '41 alice train'", "sudo": f"echo \"sudo $*\" >> {log}; exit 0"}.items():
+                       "squeue": "case \"$*\" in *%j*) echo '41 alice train' ;; *) echo 41 ;; esac", "sudo": f"echo \"sudo $*\" >> {log}; exit 0"}.items():
         (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
         (bin_dir / name).chmod(0o755)
     run_dir = tmp_path / "run"

@@ -124,6 +124,7 @@ class _Roll:
         self.reason = jobs.slurm_reason(self.record)  # what a node this roll drains in Slurm says
         self.drained: list[str] = []  # the nodes this roll drained in Slurm (and resumes)
         self.told_slurm: set[str] = set()
+        self.told_ignored: set[str] = set()  # the nodes whose ignored entries were named
         self.orphans: dict[str, str] = {}  # node -> the gone roll whose Slurm drain this roll took back at its start
 
     def sweep(self, hosts: list[str]) -> None:
@@ -167,6 +168,9 @@ class _Roll:
                     self.skipped[host] = [node.error]
                     continue
                 self._tell_slurm(host, node)
+                if host not in self.told_ignored and jobs.ignored(host, node):
+                    self.told_ignored.add(host)
+                    self.console.write(f"  {jobs.ignored(host, node)}")
                 for name, holder, reason in jobs.stale(node):
                     gone.add(name)  # removed at the next look (a file of the login user's; others' stay)
                     if name != self.mark and (host, name) not in told_stale:

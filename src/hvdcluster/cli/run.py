@@ -115,6 +115,8 @@ def _leased(inv: inventory.Inventory, plan, command: list[str]) -> int:
     record = jobs.mine(jobs.JOB, jobs.new_id(), hosts=hosts, command=list(command))
     name = jobs.file_name(record)
     looks = jobs.look(inv, hosts, put=record)
+    for line in filter(None, (jobs.ignored(h, look) for h, look in looks.items())):
+        print(f"hvdcluster: {line}", file=sys.stderr)
     problems = [f"{h}: {look.error}" for h, look in looks.items() if look.error]
     problems += [f"{h}: being changed by {jobs.describe(r)}" for h, look in looks.items() for _, r in
                  jobs.live(look, jobs.ROLL)]
