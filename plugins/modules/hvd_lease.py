@@ -18,6 +18,10 @@ another host (a cache on a shared file system) cannot be checked by pid: it is s
 
 Replacing a stale lease and releasing one happen under ``flock`` on the lease file, checked to be still the file at
 that name: of two runs that find the same stale lease, one replaces it and the other then finds the new one.
+
+A lease this user cannot open (another user's, in a cache two accounts share) cannot be read, locked or replaced: it
+is held while its file is younger than ``stale_after`` (we wait for it as for any other), and once older it fails
+the run naming the lease, its owner and how to remove it; it is never reported acquired while it stays.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ description:
     entry, before it builds; released after publishing, and when the build fails (C(always))."
   - C(acquired) waits while a live run holds the lease (up to I(timeout)), takes over a stale one, then reports
     whether the entry was published meanwhile (I(entry_ready)); then the caller verifies it and builds nothing.
+  - A lease of another user (a shared cache) that this user cannot open is waited for while young; once stale it
+    fails the task naming the lease, its owner and how to remove it. It is never reported acquired.
 options:
   path: {description: "The cache entry: a file, or a folder of files (the lease is <path>.lease).", type: path,
          required: true}
@@ -95,6 +101,7 @@ import errno
 import fcntl
 import json
 import os
+import pwd
 import re
 import time
 
@@ -108,7 +115,11 @@ from ansible_collections.hvd.cluster.plugins.module_utils.hvd_holder import (
 PLAYBOOK = re.compile(r"(^|/)ansible-playbook$|^ansible\.cli\.playbook$")
 
 
-class LeaseTimeout(Exception):
+class LeaseError(Exception):
+    """The lease cannot be taken: the message names it, who holds it and what to do."""
+
+
+class LeaseTimeout(LeaseError):
     """The lease stayed held by a live run for ``timeout`` seconds."""
 
 
@@ -173,9 +184,22 @@ def create(lease: str, me: dict) -> bool:
     return True
 
 
+def owner_of(lease: str) -> str:
+    """The name of the user who owns the lease file (its uid when it has no name here)."""
+    try:
+        uid = os.lstat(lease).st_uid
+    except OSError:
+        return "an unknown user"
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
 def examine(lease: str, stale_after: float, remove) -> tuple[str, dict | None, str | None]:
     """Look at the lease under flock: (state, holder, stale reason). state: 'gone' (none, or replaced while we
-    looked: look again), 'removed' when ``remove(holder, reason)`` said so (then it is), else 'kept'."""
+    looked: look again), 'removed' when ``remove(holder, reason)`` said so (then it is), 'foreign' when this user
+    cannot open it (another user's: neither read nor replaced; stale by its file's age), else 'kept'."""
     try:
         fd = os.open(lease, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)  # RDWR: an exclusive lock over NFS needs it
     except FileNotFoundError:
@@ -185,7 +209,7 @@ def examine(lease: str, stale_after: float, remove) -> tuple[str, dict | None, s
             age = time.time() - os.lstat(lease).st_mtime
         except FileNotFoundError:
             return "gone", None, None
-        return "kept", None, stale_reason(None, age, stale_after)
+        return "foreign", None, stale_reason(None, age, stale_after)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         info = os.fstat(fd)
@@ -219,7 +243,8 @@ def entry_ready(path: str) -> bool:
 
 def acquire(path: str, run_id: str, *, wait: bool = True, timeout: float = 3600, stale_after: float = 21600,
             poll_interval: float = 5, owner: dict | None = None, check_mode: bool = False) -> dict:
-    """Take ``<path>.lease`` for ``run_id`` (see the module's description). Raises LeaseTimeout."""
+    """Take ``<path>.lease`` for ``run_id`` (see the module's description). Raises LeaseTimeout, or LeaseError on
+    a stale lease of another user (it cannot be replaced)."""
     lease = lease_path(path)
     me = whoami(run_id, owner)
     deadline = time.monotonic() + timeout
@@ -231,6 +256,11 @@ def acquire(path: str, run_id: str, *, wait: bool = True, timeout: float = 3600,
             return {**result, "acquired": True, "changed": True, "holder": me, "entry_ready": entry_ready(path)}
         # A stale lease is replaced (not in check mode); one of this very run is ours already.
         state, holder, reason = examine(lease, stale_after, lambda h, r: r is not None and not check_mode)
+        if state == "foreign" and reason is not None:
+            owner = owner_of(lease)
+            raise LeaseError(
+                f"{lease} is a stale build lease of another user ({owner}: {reason}) that this user cannot replace: "
+                f"remove it as {owner} or root (rm {lease}), or give each user a cache of its own, then run again")
         if state == "removed":
             result.update(took_over=holder or {}, stale_reason=reason)
             continue
@@ -244,6 +274,11 @@ def acquire(path: str, run_id: str, *, wait: bool = True, timeout: float = 3600,
         if not wait or check_mode:
             return {**result, "acquired": False, "changed": False, "holder": holder or {},
                     "entry_ready": entry_ready(path)}
+        if left <= 0 and state == "foreign":
+            raise LeaseTimeout(
+                f"{path} is being built by a run of another user ({owner_of(lease)}): waited {timeout} s for its "
+                f"lease {lease}, which this user cannot read or replace. Wait for that run, or remove the lease as "
+                f"its owner or root once that run is gone")
         if left <= 0:
             raise LeaseTimeout(
                 f"{path} is being built by {describe(holder)}: waited {timeout} s for its lease {lease}. Wait for "
@@ -260,9 +295,9 @@ def release(path: str, run_id: str, check_mode: bool = False) -> dict:
                                    lambda h, r: (h or {}).get("run_id") == run_id and not check_mode)
     ours = state == "removed" or (state == "kept" and (holder or {}).get("run_id") == run_id)
     result = {"released": ours, "changed": ours, "lease": lease, "run_id": run_id}
-    if state == "kept" and not ours:
-        result.update(holder=holder or {},
-                      msg=f"{lease} is not ours (run {run_id}): {describe(holder)} holds it; left in place")
+    if state in ("kept", "foreign") and not ours:
+        who = f"another user ({owner_of(lease)})" if state == "foreign" else describe(holder)
+        result.update(holder=holder or {}, msg=f"{lease} is not ours (run {run_id}): {who} holds it; left in place")
     return result
 
 
@@ -293,7 +328,7 @@ def main() -> None:
         if result.get("took_over") is not None and not module.check_mode:
             module.warn(f"took over the stale lease {result['lease']} of {describe(result['took_over'])}: "
                         f"{result['stale_reason']}")
-    except LeaseTimeout as exc:
+    except LeaseError as exc:
         module.fail_json(msg=str(exc), lease=lease_path(p["path"]), run_id=p["run_id"])
     except OSError as exc:
         module.fail_json(msg=f"{lease_path(p['path'])}: {exc.strerror or exc}", errno=errno.errorcode.get(exc.errno))
