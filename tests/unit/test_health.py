@@ -5,6 +5,10 @@ captures from public repositories and issues, read in place from ../shared/fixtu
 SOURCES.md names where each came from; they are never copied into this repository). Every value asserted below was
 read from those files by hand. Where no recording shows a failure (an uncorrectable ECC counter, a failed row
 remap), the test raises that one field of a recorded clean reading and says so.
+
+These real recordings are an extra layer: tests/unit/test_health_own.py proves every parser and rule path on the
+project's own fixtures (tests/unit/fixtures/gpu), and where ../shared/fixtures-gpu is absent (a plain clone) the tests
+here that read it are skipped, with the reason (tests/conftest.py gpu_fixture).
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ captures in ../shared/fixtures-gpu next to the checkout, read in place (never co
 SOURCES.md names where each came from), as tests/unit/test_health.py reads them. The module runs for real, as Ansible
 runs it, against a folder standing in for / and with fake ``nvidia-smi``, ``journalctl``, ``dmesg`` and ``dcgmi``
 scripts on its ``path`` that print those recordings: a mock of the GPU tools, which cannot run here.
+
+The recordings are an extra layer: tests/unit/test_health_cli_own.py runs the same paths on the project's own
+fixtures (tests/unit/fixtures/gpu); without ../shared/fixtures-gpu the tests here that read it are skipped.
 """
 
 from __future__ import annotations

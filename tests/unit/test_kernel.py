@@ -4,7 +4,9 @@ read from real folder trees in tmp_path and from recorded command output (/work/
 What a GPU node would add: a real DKMS build against real headers, a real reboot into the next kernel and
 ``modprobe nvidia`` there. None of that runs here (no GPU, no second kernel, no boot loader in a container), so
 these tests build the trees those steps leave behind (/boot, /lib/modules, /var/lib/dkms, grub.cfg, grubenv) and
-feed the readers what dkms printed on real machines.
+feed the readers what dkms printed on real machines. Those recordings are an extra layer: tests/unit/test_kernel_own.py
+feeds the same readers the project's own fixtures (tests/unit/fixtures/gpu), and without ../shared/fixtures-gpu the
+tests here that read it are skipped.
 """
 
 from __future__ import annotations
