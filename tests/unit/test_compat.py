@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+import yaml
 
 from hvdcluster.compat import (
     RULES,
@@ -22,6 +24,7 @@ from hvdcluster.compat import (
 )
 from hvdcluster.errors import HvdError
 
+ROOT = Path(__file__).resolve().parents[2]
 DEBIAN12 = NodeInfo(os_id="debian", os_version="12", gcc="12.2.0", python="3.11.2")
 A100 = "NVIDIA A100-SXM4-80GB"
 
@@ -258,9 +261,22 @@ def test_env_gpu_source_leaves_cudnn_and_nccl_to_the_framework_wheels():
     assert stack["cuda"] == "13.0" and stack["cudnn"] is None and stack["nccl"] is None
 
 
-def test_rhel_rebuilds_share_the_rhel_row():
-    stack = resolve({}, NodeInfo(os_id="rocky", os_version="9.4")).stack
-    assert stack["gcc"] == "11"
+@pytest.mark.parametrize("os_id, version", [("debian", "13"), ("rocky", "9.4"), ("rhel", "8.10")])
+def test_an_os_no_role_installs_is_refused_naming_only_those_the_roles_install(os_id, version):
+    """Debian 13 and the RHEL family: no role installs them, so the resolver refuses them as the pre-flight and the
+    roles' metadata do, and its refusal offers only what the roles install."""
+    with pytest.raises(ResolveError) as refused:
+        resolve({}, NodeInfo(os_id=os_id, os_version=version))
+    text = str(refused.value)
+    assert f"node OS {os_id} {version} is not supported" in text
+    assert "(supported: debian 12; ubuntu 24.04; ubuntu 22.04)" in text
+    offered = text.split("(supported:")[1].split(")")[0]
+    assert not any(name in offered for name in ("rhel", "rocky", "almalinux", "13")), offered
+    preflight = yaml.safe_load((ROOT / "roles" / "hvd_preflight" / "defaults" / "main.yml").read_text())
+    assert preflight["hvd_preflight_supported_os"] == {"Debian": ["12"], "Ubuntu": ["22.04", "24.04"]}
+    for meta in (ROOT / "roles").glob("*/meta/main.yml"):
+        platforms = yaml.safe_load(meta.read_text())["galaxy_info"].get("platforms", [])
+        assert all(set(p["versions"]) <= {"bookworm", "jammy", "noble"} for p in platforms), (meta, platforms)
 
 
 # --------------------------------------------------------------------------------------------- one rule each
