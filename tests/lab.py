@@ -11,16 +11,11 @@ container name (its fabric address) and from this machine over SSH on 127.0.0.1:
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import tarfile
 import time
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,16 +30,6 @@ PACKAGED_IMAGE = IMAGE + "-packages"
 KERNEL_IMAGE = IMAGE + "-kernel"
 KERNEL_PACKAGES = ["linux-image-amd64", "linux-headers-amd64"]
 LABEL = "hvdcluster.lab"
-# Converged labs kept as node images (Lab.save / Lab.restore): the nodes' committed images are tagged
-# hvdcluster/converged:<lab>-<key>-node<i>; their controller side (hosts.yaml, key, inventory, runs, recorded states)
-# and what docker keeps outside an image (each node's /etc/hosts) lie here, under the same key.
-SNAPSHOTS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hvdcluster-tests" / "labs"
-CONVERGED = "hvdcluster/converged"
-# What a converge depends on besides a lab's own settings: hvdcluster (its Python and Ansible content), the lab
-# harness and the node images' recipe. A change to any of these files gives another key, so a kept lab is converged
-# again from its bare image by the code that is being tested.
-PRODUCT = ("src", "roles", "playbooks", "plugins", "meta", "galaxy.yml", "ansible.cfg", "pyproject.toml",
-           "hatch_build.py", "tests/lab.py", "tests/images")
 
 
 def docker(*args: str, check: bool = True) -> str:
@@ -113,13 +98,10 @@ class Lab:
     user: str = "root"
     wheelhouse: bool = True  # offer this machine's wheelhouse (PIP_FIND_LINKS) to the nodes
     image: str = IMAGE  # the nodes' image: the bare node, or PACKAGED_IMAGE
-    # Pinned: the nodes' published ports (outside the range Docker picks from), their network's subnet and their
-    # addresses on it are chosen here, so a lab kept as images (save) comes back (restore) exactly as it was.
-    pinned: bool = False
-    ports: dict[int, int] = field(default_factory=dict)
+    ports: dict[int, int] = field(default_factory=dict)  # per node: its published SSH port (default: Docker's pick)
     subnet: str = ""
     ips: dict[int, str] = field(default_factory=dict)
-    images: dict[int, str] = field(default_factory=dict)  # per node, in place of ``image`` (a restored lab's)
+    images: dict[int, str] = field(default_factory=dict)  # per node, in place of ``image``
 
     @property
     def docker_network(self) -> str:
@@ -151,29 +133,12 @@ class Lab:
         if not self.key.exists():
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"hvdc-lab-{self.name}",
                             "-f", str(self.key)], check=True)
-        if self.pinned:
-            self._pin()
         self._start(self.key.with_suffix(".pub").read_text().strip())
         if self.user != "root":
             for i in range(1, self.nodes + 1):
                 self.add_sudo_user(i)
         self.write_hosts_yaml()
         return self.hosts_yaml
-
-    def _pin(self) -> None:
-        """A subnet, addresses and free published ports of this lab's own, the same on every run where free (outside
-        Docker's own address pools and the kernel's ephemeral port range, which Docker publishes from)."""
-        seed = zlib.crc32(self.name.encode())
-        self.subnet = self.subnet or f"10.213.{20 + seed % 200}.0/24"
-        prefix = self.subnet.rsplit(".", 1)[0]
-        self.ips = self.ips or {i: f"{prefix}.{10 + i}" for i in range(1, self.nodes + 1)}
-        port = 20000 + seed % 8000
-        for i in range(1, self.nodes + 1):
-            if i in self.ports:
-                continue
-            while not _port_free(port) or port in self.ports.values():
-                port += 1
-            self.ports[i] = port
 
     def _start(self, authorized_key: str) -> None:
         """This lab's network and nodes, as its fields say; waits for every sshd."""
@@ -187,91 +152,6 @@ class Lab:
                    "-e", f"SSH_AUTHORIZED_KEY={authorized_key}", *self.docker_args.get(i, []),
                    self.images.get(i, self.image))
         self.wait_for_ssh()
-
-    # ------------------------------------------------------------------ a converged lab kept as node images
-
-    def snapshot_key(self) -> str:
-        """What this lab's converge depends on, as a short digest: hvdcluster and the harness (PRODUCT, by content),
-        the nodes' image, this lab's settings, the CA bundle and wheelhouse hosts.yaml hands the nodes."""
-        from hvdcluster.inputs import digest_tree  # noqa: PLC0415 - the venv's; `lab.py up` runs without it
-
-        product = hashlib.sha256()
-        root = HERE.parent
-        for name in PRODUCT:
-            top = root / name
-            if top.is_file():
-                product.update(f"{name}\0".encode() + top.read_bytes() + b"\0")
-            else:
-                digest_tree(product, top, name)
-        ca = host_ca_bundle()
-        wheels = os.environ.get("PIP_FIND_LINKS", "")
-        settings = {
-            "product": product.hexdigest(),
-            "image": docker("image", "inspect", "-f", "{{.Id}}", self.image),
-            "lab": [self.name, self.nodes, self.slots, self.stack, self.network, self.docker_args, self.hostnames,
-                    self.fabric_ports, self.shm_size, self.shm_sizes, self.user, self.wheelhouse],
-            "ca": hashlib.sha256(Path(ca).read_bytes()).hexdigest() if ca else "",
-            "wheels": sorted((p.name, p.stat().st_size) for p in Path(wheels).glob("*"))
-            if self.wheelhouse and wheels and Path(wheels).is_dir() else [],
-        }
-        return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-    def save(self, key: str, kept: dict) -> None:
-        """Keep this lab as it is now under ``key``: each node committed as an image, the work folder (hosts.yaml,
-        the controller key, the inventory with its runs and recorded states) and each node's /etc/hosts (which
-        docker keeps outside the image) beside ``kept``. Older keys of this lab are removed first."""
-        if not self.pinned:
-            raise ValueError(f"lab {self.name}: only a pinned lab is kept (its ports and addresses come back)")
-        SNAPSHOTS.mkdir(parents=True, exist_ok=True)
-        forget(self.name)
-        nodes = {}
-        for i in range(1, self.nodes + 1):
-            image = f"{CONVERGED}:{self.name}-{key}-node{i}"
-            docker("commit", self.container(i), image)
-            hosts = self.exec(i, "cat", "/etc/hosts")
-            if hosts.returncode != 0:
-                raise RuntimeError(f"{self.container(i)}: cat /etc/hosts: {hosts.stderr}")
-            nodes[str(i)] = {"image": image, "port": self.ports[i], "ip": self.ips[i], "etc_hosts": hosts.stdout}
-        with tarfile.open(SNAPSHOTS / f"{self.name}-{key}.tar", "w") as tar:
-            tar.add(self.workdir, arcname=".")
-        meta = {"subnet": self.subnet, "nodes": nodes, "kept": kept}
-        (SNAPSHOTS / f"{self.name}-{key}.json").write_text(json.dumps(meta))  # last: it marks the snapshot whole
-
-    def restore(self, key: str) -> dict | None:
-        """This lab as ``save`` kept it under ``key``, nodes started from their images: returns what was kept
-        with it, or None (nothing kept under that key, HVD_TEST_FRESH set, or its subnet or a port now taken:
-        the caller converges the lab from its bare image)."""
-        meta_path = SNAPSHOTS / f"{self.name}-{key}.json"
-        if os.environ.get("HVD_TEST_FRESH") or not meta_path.is_file():
-            return None
-        meta = json.loads(meta_path.read_text())
-        nodes = {int(i): node for i, node in meta["nodes"].items()}
-        if any(subprocess.run(["docker", "image", "inspect", node["image"]], capture_output=True).returncode
-               for node in nodes.values()):
-            return None
-        if any(not _port_free(node["port"]) for node in nodes.values()):
-            return None
-        self.down()
-        shutil.rmtree(self.workdir, ignore_errors=True)
-        self.workdir.mkdir(parents=True)
-        with tarfile.open(SNAPSHOTS / f"{self.name}-{key}.tar") as tar:
-            tar.extractall(self.workdir, filter="tar")
-        self.subnet = meta["subnet"]
-        self.ports = {i: node["port"] for i, node in nodes.items()}
-        self.ips = {i: node["ip"] for i, node in nodes.items()}
-        self.images = {i: node["image"] for i, node in nodes.items()}
-        try:
-            self._start("")  # the nodes' images hold their authorized keys as the converge left them
-        except RuntimeError:
-            self.down()
-            self.ports, self.ips, self.images, self.subnet = {}, {}, {}, ""
-            return None
-        for i, node in nodes.items():
-            put = subprocess.run(["docker", "exec", "-i", self.container(i), "sh", "-c", "cat > /etc/hosts"],
-                                 input=node["etc_hosts"], capture_output=True, text=True)
-            if put.returncode != 0:
-                raise RuntimeError(f"{self.container(i)}: writing /etc/hosts: {put.stderr}")
-        return meta["kept"]
 
     def add_sudo_user(self, index: int) -> None:
         """A login user with passwordless sudo, holding the controller's key (root's is removed)."""
@@ -422,30 +302,6 @@ class Gapped:
     def sh(self, index: int, script: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["docker", "exec", self.container(index), "sh", "-c", script], capture_output=True,
                               text=True)
-
-
-def kept_workdir(name: str) -> Path:
-    """The work folder of a lab that is kept (Lab.save): the same path on every run, since the inventory records the
-    paths of the controller key and hosts.yaml, and a converge's inputs digest covers the inventory."""
-    return SNAPSHOTS.parent / "work" / name
-
-
-def forget(name: str) -> None:
-    """Remove every converged lab kept for ``name`` (its images and files), whatever its key."""
-    images = docker("image", "ls", "-q", "--filter", f"reference={CONVERGED}:{name}-*").split()
-    if images:
-        docker("image", "rm", "-f", *sorted(set(images)), check=False)
-    for path in SNAPSHOTS.glob(f"{name}-*"):
-        path.unlink()
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def _remove(name: str, networks: list[str]) -> None:

@@ -45,10 +45,12 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Cli:
     bin: Path
     cwd: Path
+    cache: Path | None = None  # a controller cache of the suite's own (HVDCLUSTER_CACHE); None: the shared one
 
     def __call__(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        own = {"HVDCLUSTER_CACHE": str(self.cache)} if self.cache else {}
         return subprocess.run([str(self.bin / "hvdcluster"), *args], cwd=self.cwd, capture_output=True, text=True,
-                              env={**os.environ, **(env or {})})
+                              env={**os.environ, **own, **(env or {})})
 
     def up_json(self, *args: str, env: dict[str, str] | None = None) -> tuple[int, dict, str]:
         proc = self("up", "hosts.yaml", "--json", *args, env=env)

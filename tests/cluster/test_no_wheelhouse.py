@@ -1,15 +1,18 @@
-"""The user's default: no wheelhouse. Every package of the env comes from a package index.
+"""The user's default path, whole: no wheelhouse, a non-root sudo user, an empty controller cache, every role of
+site.yml. Every package of the env comes from a package index, and so does Horovod's sdist, built on a node; the
+post-flight's allreduce proves the cluster.
 
 Here the index is a plain PEP 503 folder served over HTTP from this machine to the lab's own Docker network (the
 nodes can reach nothing else that holds a CPU build of PyTorch), named in hosts.yaml as `network.pip_index`, the way
-a company mirror is. The login user is not root. The run converges the layers the env needs (pre-flight, base,
-SSH mesh, the env); Horovod and the post-flight are proven on the same roles by the shared clusters.
+a company mirror is. Then the env is built again from another empty cache: its files are byte-identical to the first
+build's (reproducible envs: the nodes of a cluster built at different times hold the same bytes).
 """
 
 from __future__ import annotations
 
 import functools
 import http.server
+import json
 import re
 import subprocess
 import sys
@@ -18,12 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import SUDO_USER, Cli, share_the_cores
+from tests.cluster.conftest import SUDO_USER, Cli, share_the_cores, task_outcomes
 from tests.lab import Lab, docker
 
 pytestmark = pytest.mark.containers
 
 PACKAGES = ["torch==2.13.0", "wheel", "setuptools", "cloudpickle", "psutil", "pyyaml", "packaging"]
+HOROVOD = "horovod==0.28.1"  # its sdist: hvd_horovod downloads it from the index and builds it on a node
 
 
 def _project(filename: str) -> str:
@@ -39,6 +43,7 @@ def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     files = root / "files"
     pip = [sys.executable, "-m", "pip", "download", "-q", "--progress-bar", "off", "-d", str(files)]
     subprocess.run([*pip, "--only-binary", ":all:", *PACKAGES], check=True, capture_output=True, text=True)
+    subprocess.run([*pip, "--no-deps", "--no-binary", ":all:", HOROVOD], check=True, capture_output=True, text=True)
     projects: dict[str, list[str]] = {}
     for path in sorted(files.iterdir()):
         projects.setdefault(_project(path.name), []).append(path.name)
@@ -72,19 +77,26 @@ def lab(node_image: str, index_dir: Path, tmp_path_factory: pytest.TempPathFacto
 
 
 @pytest.fixture(scope="module")
-def cli(installed: Path, lab: Lab) -> Cli:
-    return Cli(installed, lab.workdir)
+def cli(installed: Path, lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Cli:
+    return Cli(installed, lab.workdir, cache=tmp_path_factory.mktemp("nw-cache"))  # empty: everything built here
 
 
 ENV_LAYERS = "hvd_preflight,hvd_base,hvd_ssh_mesh,hvd_pyenv"
 
 
-def test_up_with_no_wheelhouse_builds_the_env_from_the_index(cli: Cli, lab: Lab) -> None:
+def test_up_with_no_wheelhouse_converges_every_role_from_the_index_and_proves_the_cluster(cli: Cli, lab: Lab) -> None:
     hosts = lab.hosts_yaml.read_text()
     assert f"user: {SUDO_USER}" in hosts and "wheelhouse" not in hosts and "pip_index" in hosts
-    rc, doc, err = cli.up_json("--tags", ENV_LAYERS)
+    rc, doc, err = cli.up_json()
     assert rc == 0, err[-6000:]
-    assert set(doc["hosts"]) == {"node1", "node2"}
+    assert set(doc["hosts"]) == {"node1", "node2"} and doc["not_repaired"] == []
+    outcomes = task_outcomes(doc["log"])
+    for task in ("Download the Horovod sdist", "Build the wheel against the environment (a few minutes)",
+                 "Allreduce over every slot of every node", "Check every rank's sum"):
+        assert outcomes.get(task) == {"ok"}, (task, outcomes.get(task))
+    for i in (1, 2):
+        check = lab.exec(i, "/opt/hvd/env/bin/horovodrun", "--check-build", user=SUDO_USER)
+        assert all(f"[X] {part}" in check.stdout for part in ("PyTorch", "MPI", "Gloo")), check.stdout + check.stderr
     # the env came from the index, locked with every file's sha256, identical on both nodes
     locks = [lab.exec(i, "cat", "/opt/hvd/env/hvd-requirements.lock").stdout for i in (1, 2)]
     assert locks[0] == locks[1] and re.search(r"^torch==2\.13\.0\+cpu --hash=sha256:[0-9a-f]{64}$", locks[0], re.M)
@@ -114,3 +126,15 @@ def test_a_state_folder_made_by_someone_else_is_refused_by_name(cli: Cli, lab: L
     rc, doc, err = cli.up_json("--tags", ENV_LAYERS, env=cache)
     assert rc == 0, err[-4000:]
     assert lab.exec(1, "cat", "/opt/hvd/env/.hvd-env-key").returncode == 0
+    # node1's env was built again, from the index into an empty cache; node2's is the first build's: the same bytes
+    built = task_outcomes(doc["log"]).get("Resolve the packages (pip's report of what it would install)")
+    assert built == {"ok"}, built
+    assert _files(lab, 1) == _files(lab, 2)
+
+
+def _files(lab: Lab, index: int) -> dict[str, tuple[int, str]]:
+    """Every file of the env as its manifest records it when installed: (size, sha256) by path."""
+    manifest = json.loads(lab.exec(index, "cat", "/opt/hvd/env/.hvd-manifest").stdout)
+    files = {rel: (entry[0], entry[2]) for rel, entry in manifest.items() if entry[0] != "link"}
+    assert len(files) > 1000, len(files)
+    return files
