@@ -39,9 +39,10 @@ stamp=$venv/.hvd-installed
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
-if [ ! -f "$stamp" ] || [ "$root/pyproject.toml" -nt "$stamp" ]; then
+constraints=$root/tests/constraints.txt  # the test environment, pinned: a run is reproducible
+if [ ! -f "$stamp" ] || [ "$root/pyproject.toml" -nt "$stamp" ] || [ "$constraints" -nt "$stamp" ]; then
     echo "setup: installing hvdcluster and the test tools into .venv"
-    "$venv/bin/pip" install -q --upgrade pip >/dev/null
-    "$venv/bin/pip" install -q -e "$root[test]"
+    "$venv/bin/pip" install -q --upgrade -c "$constraints" pip >/dev/null
+    "$venv/bin/pip" install -q -c "$constraints" -e "$root[test]"
     touch "$stamp"
 fi

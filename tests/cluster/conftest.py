@@ -36,7 +36,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
                            check=True, capture_output=True)
             [wheel] = (work / "dist").glob("hvdcluster-*.whl")
             subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True)
-            subprocess.run([str(work / "venv" / "bin" / "pip"), "install", "-q", str(wheel)], check=True)
+            subprocess.run([str(work / "venv" / "bin" / "pip"), "install", "-q", "-c",
+                            str(ROOT / "tests" / "constraints.txt"), str(wheel)], check=True)
             (work / "venv" / "done").touch()
     return work / "venv" / "bin"
 
