@@ -1,4 +1,5 @@
-"""Readers of a node's state for hvd_node_state: one look at a node, by plain file reads (no subprocess).
+"""Readers of a node's state for hvd_node_state: one look at a node, by plain file reads (no subprocess but one
+``ssh -G`` per peer, a local process: :func:`ssh_resolved`).
 
 Every reader takes ``root``, the prefix the node's files are read under ("/" on a node; a fake root in tests) and
 returns items of one flat dict: key -> str, int or bool, "absent" for what is not there. Paths in values are the
@@ -18,7 +19,8 @@ import stat
 
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_defaults import RUN_DIR
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import (
-    MANIFEST, add_stamped, manifest_entry_differs, read_manifest, read_text, resolve, sha256_of, under, walk_tree)
+    MANIFEST, add_stamped, manifest_entry_differs, on_node, read_manifest, read_text, resolve, sha256_of, under,
+    walk_tree)
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_driver import (
     find_nvml, given_versions, installed_versions, loaded_version)
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import PIECES, loaded_modules
@@ -575,11 +577,39 @@ def mesh_state(root: str, cluster: str, user: str = "root", public_key: str = ""
     config = read_blocks(under(root, os.path.join(home, ".ssh", "config")), begin) if home else []
     return {"mesh.authorized": authorized,
             "mesh.known_hosts": blocks_d16(read_blocks(under(root, KNOWN_HOSTS), begin, prefix=True), named=True),
-            "mesh.ssh_config": block_text(config)}
+            "mesh.ssh_config": block_text(config),
+            "mesh.other_keys": other_keys(root, home, want)}
+
+
+def other_keys(root: str, home: str | None, cluster_keys: set[tuple[str, str]]) -> str:
+    """``mesh.other_keys``: the keys in the user's authorized_keys beyond the cluster's, one per line as
+    "<type> SHA256:<fingerprint> <comment>" (as ``ssh-keygen -l`` names them), in file order; "absent" for none. A
+    notice `check` names, never a drift: the controller's own key is one of them."""
+    if not home:
+        return ABSENT
+    lines = []
+    for line in (read_text(under(root, os.path.join(home, ".ssh", "authorized_keys"))) or "").splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        tokens = line.split()
+        for i, (kind, blob) in enumerate(zip(tokens, tokens[1:])):
+            if blob.startswith("AAAA") and (kind, blob) not in cluster_keys:
+                try:
+                    raw = base64.b64decode(blob, validate=True)
+                except ValueError:
+                    raw = blob.encode()
+                print_ = base64.b64encode(hashlib.sha256(raw).digest()).decode().rstrip("=")
+                lines.append(" ".join([kind, f"SHA256:{print_}", *tokens[i + 2:]])[:LAUNCH_LINE])
+                break
+        if len(lines) > LAUNCH_LINES:
+            lines[LAUNCH_LINES:] = ["+ more keys"]
+            break
+    return "\n".join(lines) or ABSENT
 
 
 def run_dir_state(path: str) -> str:
-    """``ok`` when the folder of job leases and roll marks is root's with mode 1777 (hvd_base), else what is wrong."""
+    """``ok`` when the folder of job leases and roll marks is the login user's (the reader's: the state is read as
+    the login user) with mode 0700, as hvd_base makes it, else what is wrong: no other local user may write there."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -589,8 +619,9 @@ def run_dir_state(path: str) -> str:
     if not stat.S_ISDIR(info.st_mode):
         return "not a folder"
     mode = stat.S_IMODE(info.st_mode)
-    wrong = [f"mode {mode:04o}"] if mode != 0o1777 else []
-    wrong += [f"owner uid {info.st_uid}"] if info.st_uid != 0 else []
+    wrong = [f"mode {mode:04o}"] if mode != 0o700 else []
+    wrong += [f"owner uid {info.st_uid}, not the login user's (uid {os.geteuid()})"] \
+        if info.st_uid != os.geteuid() else []
     return ", ".join(wrong) or "ok"
 
 
@@ -617,16 +648,189 @@ def base_state(root: str, cluster: str) -> dict:
     return out
 
 
+# ------------------------------------------------------------------------------------------ how a rank is launched
+
+# The most lines one launch item keeps of one file, and the longest line (a longer one is cut, a file with more lines
+# ends in "+N more lines <d16 of them>"): node-supplied text, bounded.
+LAUNCH_LINES = 50
+LAUNCH_LINE = 200
+SSHD_CONFIG = "/etc/ssh/sshd_config"
+# sshd_config keywords that give a command variables (lowercase: sshd reads keywords case-insensitively).
+SSHD_ENV = ("permituserenvironment", "setenv", "acceptenv")
+# What `ssh -G <peer>` resolves that changes how a node reaches its peer or what the peer's command gets.
+SSH_OPTIONS = ("hostname", "port", "user", "proxycommand", "proxyjump", "identityfile", "stricthostkeychecking",
+               "userknownhostsfile", "globalknownhostsfile", "hostkeyalias", "sendenv", "setenv")
+SSH_TIMEOUT = 10
+
+
+def _settings(root: str, path: str, keep=None) -> list[str] | None:
+    """The lines of the node's file ``path`` that set something (not blank, not a comment), stripped; ``keep``: only
+    the lines it says yes to. [] for a missing file, None for one the reader may not read."""
+    try:
+        text = read_text(under(root, path), strict=True)
+    except OSError:
+        return None
+    lines = [line.strip() for line in (text or "").splitlines()]
+    return [line for line in lines if line and not line.startswith("#") and (keep is None or keep(line))]
+
+
+def setting_lines(root: str, path: str, lines: list[str] | None = None) -> list[str]:
+    """``lines`` (default: :func:`_settings` of ``path``) as "<path>: <line>", bounded (:data:`LAUNCH_LINES`, cut at
+    :data:`LAUNCH_LINE`); "<path>: unreadable" for a file the reader may not read."""
+    lines = _settings(root, path) if lines is None else lines
+    if lines is None:
+        return [f"{path}: unreadable"]
+    out = [f"{path}: {line}"[:LAUNCH_LINE] for line in lines[:LAUNCH_LINES]]
+    if len(lines) > LAUNCH_LINES:
+        out.append(f"{path}: +{len(lines) - LAUNCH_LINES} more lines {d16(chr(10).join(lines).encode())}")
+    return out
+
+
+def _lines_value(lines: list[str]) -> str:
+    return "\n".join(lines) or ABSENT
+
+
+def _keyword(line: str) -> tuple[str, list[str]]:
+    """An sshd_config line's keyword (lowercase) and arguments ("Keyword value" or "Keyword=value")."""
+    words = line.replace("=", " ", 1).split()
+    return (words[0].lower(), words[1:]) if words else ("", [])
+
+
+def sshd_lines(root: str) -> tuple[list[str], bool]:
+    """sshd_config's lines (its Include'd files' in place) that give a command variables (PermitUserEnvironment,
+    SetEnv, AcceptEnv), and whether sshd reads the user's ~/.ssh/environment (the first PermitUserEnvironment says
+    anything but no)."""
+    out, todo, seen, user_env = [], [SSHD_CONFIG], set(), None
+    while todo:
+        path = todo.pop(0)
+        if path in seen:
+            continue
+        seen.add(path)
+        lines = _settings(root, path, keep=lambda line: _keyword(line)[0] in (*SSHD_ENV, "include"))
+        for line in lines or []:
+            keyword, args = _keyword(line)
+            if keyword == "include":
+                for pattern in args:
+                    pattern = pattern if pattern.startswith("/") else os.path.join("/etc/ssh", pattern)
+                    todo += [on_node(root, full) for full in sorted(glob.glob(under(root, pattern)))]
+            elif keyword == "permituserenvironment" and user_env is None:
+                user_env = args[:1] != ["no"]
+        out += setting_lines(root, path, None if lines is None else
+                             [line for line in lines if _keyword(line)[0] != "include"])
+    return out, bool(user_env)
+
+
+def ld_lines(root: str) -> list[str]:
+    """The dynamic linker's configuration: /etc/ld.so.preload, /etc/ld.so.conf and the files its include lines name,
+    but our own /etc/ld.so.conf.d/hvd-*.conf (the roles' files: the ``ldconf.*`` items)."""
+    lines = setting_lines(root, "/etc/ld.so.preload")
+    todo, seen = ["/etc/ld.so.conf"], set()
+    while todo:
+        path = todo.pop(0)
+        if path in seen:
+            continue
+        seen.add(path)
+        if path.startswith("/etc/ld.so.conf.d/hvd-") and path.endswith(".conf"):
+            continue
+        found = _settings(root, path)
+        lines += setting_lines(root, path, found)
+        for line in found or []:
+            words = line.split()
+            if words[:1] == ["include"]:
+                for pattern in words[1:]:
+                    pattern = pattern if pattern.startswith("/") else os.path.join(os.path.dirname(path), pattern)
+                    todo += [on_node(root, full) for full in sorted(glob.glob(under(root, pattern)))]
+    return lines
+
+
+def ssh_resolved(root: str, user: str, peers: list[str], ssh: str = "ssh") -> dict:
+    """``launch.ssh.<peer>``: the options (:data:`SSH_OPTIONS`) ``ssh -G <peer>`` resolves for the login user, one
+    per line as ssh prints them: what the user's ~/.ssh/config and /etc/ssh/ssh_config, every Host and Match block
+    of them, make of that peer's name. Run as the user (a reader running as root runs it with the user's ids); below
+    a test's ``root``, with that root's ~/.ssh/config (``-F``). "absent" where ssh cannot say."""
+    import pwd
+    import subprocess
+
+    if not peers:
+        return {}
+    argv = [ssh, "-G"]
+    if root not in ("", "/"):
+        home = home_of(root, user)
+        argv += ["-F", under(root, os.path.join(home, ".ssh", "config")) if home else os.devnull]
+    ids: dict = {}
+    if os.geteuid() == 0 and user != "root" and root in ("", "/"):
+        try:
+            entry = pwd.getpwnam(user)
+            ids = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": os.getgrouplist(user, entry.pw_gid)}
+        except KeyError:
+            return {f"launch.ssh.{peer}": ABSENT for peer in peers}
+    out = {}
+    names = list(dict.fromkeys(peers))
+    for start in range(0, len(names), 16):  # at most 16 at once
+        running = {}
+        for peer in names[start:start + 16]:
+            try:
+                running[peer] = subprocess.Popen([*argv, "--", peer], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                                 stderr=subprocess.DEVNULL, text=True, **ids)
+            except OSError:
+                out[f"launch.ssh.{peer}"] = ABSENT
+        for peer, proc in running.items():
+            try:
+                text = proc.communicate(timeout=SSH_TIMEOUT)[0]
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                text = ""
+            lines = [line.strip()[:LAUNCH_LINE] for line in (text or "").splitlines()
+                     if proc.returncode == 0 and line.split(" ", 1)[0] in SSH_OPTIONS]
+            out[f"launch.ssh.{peer}"] = _lines_value(lines[:LAUNCH_LINES])
+    return out
+
+
+def launch_state(root: str, user: str = "root", peers: list[str] | None = None, ssh_path: str = "") -> dict:
+    """What changes what a rank runs or how it reaches its peers, beside the env itself, as text (one line per
+    setting, "<file>: <line>", so that `check` names the file and the line that differ; "absent" for none):
+
+    - ``launch.env``: the variables a non-interactive SSH command gets from pam_env (/etc/environment,
+      /etc/default/locale, /etc/security/pam_env.conf, the user's ~/.pam_environment) and sshd (the user's
+      ~/.ssh/environment, where PermitUserEnvironment lets sshd read it): PYTHONPATH, LD_*, OMPI_MCA_*, NCCL_*, ...
+    - ``launch.sshd``: sshd_config's PermitUserEnvironment, SetEnv and AcceptEnv lines (its Include'd files too).
+    - ``launch.mpi``: Open MPI's parameter files (<prefix>/etc/openmpi-mca-params.conf of the mpirun on the SSH
+      PATH, Debian's /etc/openmpi/openmpi-mca-params.conf, the user's ~/.openmpi/mca-params.conf).
+    - ``launch.nccl``: /etc/nccl.conf and the user's ~/.nccl.conf. Horovod reads only variables (``launch.env``).
+    - ``launch.ld``: the dynamic linker's preload and search-path files (:func:`ld_lines`).
+    - ``launch.ssh.<peer>`` for every name in ``peers`` (:func:`ssh_resolved`).
+    """
+    home = home_of(root, user)
+    mine = (lambda rel: [os.path.join(home, rel)]) if home else (lambda rel: [])
+    sshd, user_env = sshd_lines(root)
+    env_files = ["/etc/environment", "/etc/default/locale", "/etc/security/pam_env.conf", *mine(".pam_environment")]
+    if user_env:
+        env_files += mine(".ssh/environment")
+    mpirun = mpi_state(root, ssh_path)["mpi.path"]
+    mpi_files = [os.path.join(os.path.dirname(os.path.dirname(mpirun)), "etc", "openmpi-mca-params.conf")
+                 if mpirun != ABSENT else "", "/etc/openmpi/openmpi-mca-params.conf", *mine(".openmpi/mca-params.conf")]
+    groups = {"launch.env": env_files, "launch.mpi": list(dict.fromkeys(f for f in mpi_files if f)),
+              "launch.nccl": ["/etc/nccl.conf", *mine(".nccl.conf")]}
+    out = {key: _lines_value([line for path in files for line in setting_lines(root, path)])
+           for key, files in groups.items()}
+    out["launch.sshd"] = _lines_value(sshd)
+    out["launch.ld"] = _lines_value(ld_lines(root))
+    out.update(ssh_resolved(root, user, list(peers or [])))
+    return out
+
+
 # ------------------------------------------------------------------------------------------ all of it
 
 
-SECTIONS = ("os", "packages", "driver", "components", "mpi", "env", "mesh", "base")
+SECTIONS = ("os", "packages", "driver", "components", "mpi", "env", "mesh", "base", "launch")
 
 
 def node_state(root: str = "/", *, cluster: str, packages: list[str] | None = None, env_prefix: str = "/opt/hvd/env",
                user: str = "root", cluster_public_key: str = "", ssh_path: str = "",
-               deep: bool = False, sections: list[str] | None = None) -> dict:
-    """The node's state: one flat dict, sorted by key; ``sections``: only those parts (default: all)."""
+               deep: bool = False, sections: list[str] | None = None, peers: list[str] | None = None) -> dict:
+    """The node's state: one flat dict, sorted by key; ``sections``: only those parts (default: all); ``peers``: the
+    names the node's ``ssh`` reaches its peers by (``launch.ssh.<peer>``)."""
     unknown = sorted(set(sections or ()) - set(SECTIONS))
     if unknown:
         raise ValueError(f"unknown sections {unknown} (known: {', '.join(SECTIONS)})")
@@ -639,6 +843,7 @@ def node_state(root: str = "/", *, cluster: str, packages: list[str] | None = No
         "env": lambda: env_state(root, env_prefix, deep),
         "mesh": lambda: mesh_state(root, cluster, user, cluster_public_key),
         "base": lambda: base_state(root, cluster),
+        "launch": lambda: launch_state(root, user, peers, ssh_path),
     }
     state = {}
     for section in SECTIONS:

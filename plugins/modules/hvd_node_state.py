@@ -2,7 +2,8 @@
 """Ansible module: one look at a node, read-only: what hvdcluster installed and manages there, as one flat dict.
 
 ``plan --probe``, the pre-flight, ``check``, the fast path of ``up`` and ``run``'s launch gate compare it with
-what the controller recorded. Plain file reads only (no subprocess: no dpkg-query, no python -c), so a node
+what the controller recorded. Plain file reads only (no dpkg-query, no python -c; the one process it starts is
+``ssh -G`` per peer, local and as fast as a file read), so a node
 answers in well under a second even with a multi-GB torch env: the env's files are checked by size (and, where
 hvd_tree's manifest lists them, modification time); ``deep`` reads every file's content too. The readers live in
 plugins/module_utils/hvd_state.py.
@@ -41,6 +42,17 @@ description:
   - C(horovod.version), C(horovod.record), C(horovod.key), C(horovod.checked).
   - C(mesh.authorized), C(mesh.known_hosts), C(mesh.ssh_config), C(base.hosts), C(base.fabric_interface), C(base.ca),
     C(profile.<file>) (/etc/profile.d/hvd-*.sh), C(ldconf.<file>) (/etc/ld.so.conf.d/hvd-*.conf).
+  - C(mesh.other_keys), the keys in the user's authorized_keys beyond the cluster's (type, SHA256 fingerprint,
+    comment; a notice C(hvdcluster check) names, never a drift).
+  - What changes what a rank runs or how it reaches its peers, as text, one line per setting, the file's path first -
+    C(launch.env) (what pam_env and sshd give a non-interactive SSH command - /etc/environment, /etc/default/locale,
+    /etc/security/pam_env.conf, ~/.pam_environment, ~/.ssh/environment where PermitUserEnvironment allows it),
+    C(launch.sshd) (sshd_config's PermitUserEnvironment, SetEnv, AcceptEnv), C(launch.mpi) (Open MPI's
+    openmpi-mca-params.conf files and ~/.openmpi/mca-params.conf), C(launch.nccl) (/etc/nccl.conf, ~/.nccl.conf),
+    C(launch.ld) (/etc/ld.so.preload, /etc/ld.so.conf and what it includes, but hvd-*.conf); and C(launch.ssh.<peer>)
+    for every name in I(peers) - what C(ssh -G <peer>) resolves for the user (host name, port, user, proxy, identity
+    files, host key checking and files, host key alias, SendEnv, SetEnv), one option per line; the only process the
+    look starts, one per peer, run as the user.
   - With I(look), also I(host), the host as the pre-flight judges it and C(plan --probe) resolves for it.
   - Reads only; supports check mode.
 options:
@@ -59,8 +71,11 @@ options:
     type: str
     default: ""
   deep: {description: "Check every env file's sha256 too, not only its size (and time).", type: bool, default: false}
+  peers: {description: "The names the node's ssh reaches its peers by (C(launch.ssh.<peer>)); none - no such item.",
+          type: list, elements: str, default: []}
   sections:
-    description: Read only these parts (C(os), C(packages), C(driver), C(components), C(mpi), C(env), C(mesh), C(base));
+    description: Read only these parts (C(os), C(packages), C(driver), C(components), C(mpi), C(env), C(mesh), C(base),
+      C(launch));
       empty - all. hvd_pyenv reads C(env) with it, the reader C(hvdcluster check) uses.
     type: list
     elements: str
@@ -122,6 +137,7 @@ def main() -> None:
             "ssh_path": {"type": "str", "default": ""},
             "deep": {"type": "bool", "default": False},
             "sections": {"type": "list", "elements": "str", "default": []},
+            "peers": {"type": "list", "elements": "str", "default": []},
             "look": {"type": "dict"},
             "root": {"type": "path", "default": "/"},
         },
@@ -132,7 +148,7 @@ def main() -> None:
     try:
         state = node_state(p["root"], cluster=p["cluster"], packages=p["packages"], env_prefix=p["env_prefix"],
                            user=p["user"], cluster_public_key=p["cluster_public_key"], ssh_path=p["ssh_path"],
-                           deep=p["deep"], sections=p["sections"])
+                           deep=p["deep"], sections=p["sections"], peers=p["peers"])
         extra = {}
         if p["look"] is not None:
             want = p["look"]

@@ -52,7 +52,11 @@ PER_NODE_PREFIXES = ("gpu.",)
 
 # Items every node must share: a node whose own record is odd among its peers' records is reported.
 PEER_ITEMS = ("mpi.version", "mpi.path", "cuda.version", "cudnn.version", "driver.installed", "os.release")
-PEER_PREFIXES = ("env.", "horovod.", "nccl.", "pkg.")
+PEER_PREFIXES = ("env.", "horovod.", "nccl.", "pkg.", "launch.")
+
+# Items `check` names as a notice, never as a drift (compare leaves them out): what may well be right but deserves a
+# look. The controller's own key is one of the keys beyond the cluster's.
+NOTICE_ITEMS = {"mesh.other_keys": "keys in the login user's authorized_keys beyond the cluster's"}
 
 # What every rank of a job must share: `run` launches only when these are identical on all nodes.
 GATE_ITEMS = ("env.lock", "env.key", "horovod.version", "horovod.record", "horovod.key", "mpi.version",
@@ -78,6 +82,9 @@ REINSTALLED = "os.machine-id"
 _PREFIX_OWNERS = (
     (REINSTALLED, "hvd_preflight"),
     ("os.", ""),
+    # What a rank inherits or reads beside what the roles install (plugins/module_utils/hvd_state.launch_state): the
+    # variables SSH gives it, MPI/NCCL/linker files no role writes, what ssh makes of a peer's name. The operator's.
+    ("launch.", ""),
     ("driver.", "hvd_nvidia_driver"),
     ("gpu.", "hvd_nvidia_driver"),
     ("cuda.", "hvd_cuda"),
@@ -197,6 +204,40 @@ class Report:
         return [d for d in self.drifted.get(node, []) if not d.role]
 
 
+def _without_notices(states: Mapping[str, Mapping[str, Any] | None]) -> dict[str, Mapping[str, Any] | None]:
+    """``states`` less the :data:`NOTICE_ITEMS`: what compare holds against records and peers."""
+    return {node: None if state is None else {k: v for k, v in state.items() if k not in NOTICE_ITEMS}
+            for node, state in states.items()}
+
+
+def env_files_differ(report: Report, node: str) -> bool:
+    """Whether ``report`` finds ``node``'s env files not as they were installed (env.files)."""
+    return any(d.item == "env.files" for d in report.drifted.get(node, []))
+
+
+def notices(found: Mapping[str, Mapping[str, Any] | None]) -> dict[str, dict[str, Any]]:
+    """node -> {item: value} of the :data:`NOTICE_ITEMS` each node read has (left out where absent)."""
+    out: dict[str, dict[str, Any]] = {}
+    for node, state in found.items():
+        notes = {item: state[item] for item in NOTICE_ITEMS if state and _get(state, item) != ABSENT}
+        if notes:
+            out[node] = notes
+    return out
+
+
+def render_notices(notes: Mapping[str, Mapping[str, Any]], order: Sequence[str] | None = None) -> str:
+    """The notices as text: nodes with the same one folded on one line, its value's lines under it."""
+    groups: dict[tuple[str, str], tuple[list[str], Any]] = {}
+    for node in _order(order, notes):
+        for item, value in sorted((notes.get(node) or {}).items()):
+            groups.setdefault((item, _canon(value)), ([], value))[0].append(node)
+    lines = []
+    for (item, _), (nodes, value) in groups.items():
+        lines.append(f"{fold(nodes)}: notice: {item}: {NOTICE_ITEMS.get(item, item)} (not a drift):")
+        lines.extend(f"    {_show(line, LINE_WIDTH)}" for line in str(value).split("\n"))
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
 def _order(order: Iterable[str] | None, *groups: Iterable[str]) -> list[str]:
     seen: dict[str, None] = {}
     for name in order or ():
@@ -205,6 +246,24 @@ def _order(order: Iterable[str] | None, *groups: Iterable[str]) -> list[str]:
         for name in group:
             seen.setdefault(name, None)
     return list(seen)
+
+
+# Items whose value alone says the node is not as installed, whatever its record or its peers say. driver.next_boot:
+# the kernel the node boots next has no NVIDIA module (plugins/module_utils/hvd_kernel.py); driver.persistence,
+# driver.peermem, driver.fabricmanager: a fabric piece the node's hardware needs is missing or off
+# (plugins/module_utils/hvd_fabric.py). All absent on CPU nodes and in containers. Judged on every node, recorded or
+# not, by compare (check, the fast path of up), confirm (the loop contract) and gate (run).
+SELF_EVIDENT = {"env.files": ("ok", ABSENT), "driver.next_boot": ("ok", ABSENT), "driver.persistence": ("ok", ABSENT),
+                "driver.peermem": ("ok", ABSENT), "driver.fabricmanager": ("ok", ABSENT)}
+
+
+SELF_EVIDENT_NOTE = "wrong on any node"
+
+
+def self_evident(node: str, state: Mapping[str, Any]) -> list[Difference]:
+    """``node``'s :data:`SELF_EVIDENT` items whose value is not one of those allowed."""
+    return [Difference(node, item, allowed[0], _get(state, item), owner(item), SELF_EVIDENT_NOTE)
+            for item, allowed in SELF_EVIDENT.items() if _get(state, item) not in allowed]
 
 
 def compare(
@@ -225,9 +284,13 @@ def compare(
     - A node without a record: every item except the per-node ones (kernel, GPU count, loaded driver)
       against the value most peers' records share; where no node has a record, against the value most
       reachable nodes have now.
+    - Every node, recorded or not: the :data:`SELF_EVIDENT` items, whose value alone says it is wrong (a kernel
+      that boots next without NVIDIA modules, an env holding what was not installed), whatever its record and
+      its peers say.
     """
     unreachable = list(unreachable)
     nodes = _order(order, desired, found, unreachable)
+    desired, found = _without_notices(desired), _without_notices(found)
     report = Report(nodes=nodes)
     down = set(unreachable) | {n for n in nodes if found.get(n) is None}
     report.unreachable = [n for n in nodes if n in down]
@@ -265,6 +328,7 @@ def compare(
                     want, have = _majority(peers, item), _get(now, item)  # type: ignore[arg-type]
                     if _canon(want) != _canon(have):
                         diffs.append(Difference(node, item, want, have, owner(item), NO_RECORD_NOTE))
+        diffs += [d for d in self_evident(node, now) if not any(seen.item == d.item for seen in diffs)]
         if diffs:
             report.drifted[node] = diffs
         else:
@@ -274,14 +338,6 @@ def compare(
 
 NOT_REPAIRED = "still differs after the converge"
 UNREPAIRABLE = "no role repairs it"
-
-# Items whose value alone says the node is not as installed, whatever its record or its peers say. driver.next_boot:
-# the kernel the node boots next has no NVIDIA module (plugins/module_utils/hvd_kernel.py); driver.persistence,
-# driver.peermem, driver.fabricmanager: a fabric piece the node's hardware needs is missing or off
-# (plugins/module_utils/hvd_fabric.py). All absent on CPU nodes and in containers.
-SELF_EVIDENT = {"env.files": ("ok", ABSENT), "driver.next_boot": ("ok", ABSENT), "driver.persistence": ("ok", ABSENT),
-                "driver.peermem": ("ok", ABSENT), "driver.fabricmanager": ("ok", ABSENT)}
-
 
 def confirm(
     desired: Mapping[str, Mapping[str, Any] | None],
@@ -314,19 +370,7 @@ def confirm(
         report = compare(want, found, unreachable, order)
     else:
         report = compare({}, found, unreachable, order)
-    for node in list(report.nodes):
-        now = found.get(node)
-        if now is None or node in report.unreachable:
-            continue
-        extra = [Difference(node, item, allowed[0], _get(now, item), owner(item), NOT_REPAIRED)
-                 for item, allowed in SELF_EVIDENT.items()
-                 if _get(now, item) not in allowed
-                 and not any(d.item == item for d in report.drifted.get(node, []))]
-        if extra:
-            report.drifted.setdefault(node, []).extend(extra)
-            if node in report.in_sync:
-                report.in_sync.remove(node)
-    return report
+    return report  # compare held every node to SELF_EVIDENT too
 
 
 def unrepaired_lines(report: Report) -> list[str]:
@@ -365,15 +409,21 @@ def _show(value: Any, width: int = VALUE_WIDTH) -> str:
 
 # Managed blocks the state module reads as text (plugins/module_utils/hvd_state.block_text): a difference names the lines.
 BLOCK_ITEMS = ("base.hosts", "mesh.ssh_config")
+# Items read as lines of text, "<file>: <line>" or ssh's "<option> <value>", where "absent" is no line at all
+# (plugins/module_utils/hvd_state.launch_state): a difference names the file and the line, shown this wide.
+LINE_PREFIXES = ("launch.",)
+LINE_WIDTH = 100
 
 
 def _what_differs(d: Difference) -> str:
-    """"expected X, found Y"; for a managed block read as text, only the lines that differ."""
-    if d.item in BLOCK_ITEMS and isinstance(d.expected, str) and isinstance(d.found, str) \
-            and ABSENT not in (d.expected, d.found):
-        want, have = d.expected.split("\n"), d.found.split("\n")
-        parts = ([f"line expected {_show(line)}" for line in want if line not in have]
-                 + [f"line found {_show(line)}" for line in have if line not in want])
+    """"expected X, found Y"; for a managed block or launch item read as text, only the lines that differ."""
+    texts = isinstance(d.expected, str) and isinstance(d.found, str)
+    lines = texts and d.item.startswith(LINE_PREFIXES)
+    if lines or (texts and d.item in BLOCK_ITEMS and ABSENT not in (d.expected, d.found)):
+        want, have = ([] if lines and text == ABSENT else text.split("\n") for text in (d.expected, d.found))
+        width = LINE_WIDTH if lines else VALUE_WIDTH
+        parts = ([f"line expected {_show(line, width)}" for line in want if line not in have]
+                 + [f"line found {_show(line, width)}" for line in have if line not in want])
         if parts:
             return ", ".join(parts)
     return f"expected {_show(d.expected)}, found {_show(d.found)}"
@@ -437,7 +487,8 @@ def to_json(report: Report) -> dict[str, Any]:
 
 
 def gate(found: Mapping[str, Mapping[str, Any] | None], order: Sequence[str] | None = None) -> list[str]:
-    """``run``'s launch gate: what every rank shares (env, Horovod build, MPI, NCCL) must be identical.
+    """``run``'s launch gate: what every rank shares (env, Horovod build, MPI, NCCL) must be identical, and no
+    node may hold a :data:`SELF_EVIDENT` item that is wrong.
 
     One message per odd node and item, naming the node, the item, its value and the others' (majority's)
     value; a node whose state could not be read is a message too. Empty: launch.
@@ -445,6 +496,8 @@ def gate(found: Mapping[str, Mapping[str, Any] | None], order: Sequence[str] | N
     nodes = _order(order, found)
     messages = [f"{n}: no state could be read from it" for n in nodes if found.get(n) is None]
     states = [(n, found[n]) for n in nodes if found.get(n) is not None]
+    messages += [f"{d.node}: {d.item} is {_show(d.found)} ({SELF_EVIDENT_NOTE}: expected {_show(d.expected)})"
+                 for n, state in states for d in self_evident(n, state)]  # type: ignore[arg-type]
     if len(states) < 2:
         return messages
     items = sorted({k for _, s in states for k in s if _is_gate_item(k)})  # type: ignore[union-attr]

@@ -209,6 +209,9 @@ def test_missing_key_reads_absent():
         ("ldconf.hvd-nccl.conf", "hvd_nccl"),
         ("ldconf.hvd-cudnn.conf", "hvd_cudnn"),
         ("ldconf.other.conf", "hvd_base"),
+        ("launch.env", ""),
+        ("launch.ld", ""),
+        ("launch.ssh.node2", ""),
     ],
 )
 def test_owner_names_the_role_that_repairs_an_item(item, role):
@@ -399,6 +402,25 @@ def test_a_next_boot_kernel_without_nvidia_modules_is_drift_and_never_accepted()
         assert [d.item for d in report.drifted["node1"]] == ["driver.next_boot"]
 
 
+@pytest.mark.parametrize("item, wrong", [
+    ("driver.next_boot", "6.1.0-28-amd64 has no NVIDIA module (nvidia): headers missing"),
+    ("env.files", "changed: lib/python3.11/site-packages/torch/lib/libtorch_cpu.so"),
+    ("driver.peermem", "nvidia-peermem not loaded"),
+])
+def test_a_self_evident_item_is_judged_on_a_node_without_a_record_and_alone_by_check_and_by_runs_gate(item, wrong):
+    """A node converged with --tags only (no record) and without peers: its value alone says it is wrong."""
+    found = {"node1": state(**{item: wrong})}
+    report = compare({"node1": None}, found, order=["node1"])
+    assert exit_code(report) == 1 and [d.item for d in report.drifted["node1"]] == [item], report
+    assert report.drifted["node1"][0].role == owner(item) and report.drifted["node1"][0].note == drift.SELF_EVIDENT_NOTE
+    assert gate(found) == [f"node1: {item} is {drift._show(wrong)} ({drift.SELF_EVIDENT_NOTE}: expected ok)"]
+    # recorded nodes that all agree on the wrong value: still wrong, each of them
+    three = nodes(NODES3, **{item: wrong})
+    assert list(compare(three, three, order=NODES3).drifted) == NODES3
+    assert len(gate(three, NODES3)) == 3
+    assert compare({"node1": None}, {"node1": state(**{item: "ok"})}).in_sync == ["node1"]
+
+
 def test_a_reinstalled_node_is_converged_from_the_pre_flight():
     assert owner("os.machine-id") == "hvd_preflight" and owner("os.release") == ""
     desired = nodes(NODES3, **{"os.machine-id": "m1"})
@@ -438,3 +460,61 @@ def test_a_manifest_changed_to_vouch_for_an_addition_is_held_to_the_record_even_
     report = drift.confirm(desired, after, converged=["node2"], records_current=True, order=NODES3)
     assert [d.item for d in report.drifted["node2"]] == ["env.manifest"]
     assert report.first_role("node2") == "hvd_pyenv"
+
+
+LAUNCH_ENV = "/etc/environment: OMPI_MCA_mpi_yield_when_idle=1"
+
+
+def test_what_a_rank_inherits_is_named_by_file_and_line_and_repaired_by_hand():
+    """launch.* items (plugins/module_utils/hvd_state.launch_state): a line another node lacks is named with its file,
+    no role repairs it, and `up` names it as something no role repairs."""
+    desired = nodes(NODES3, **{"launch.env": LAUNCH_ENV, "launch.ld": "absent",
+                               "launch.ssh.node3": "hostname node3\nport 22"})
+    found = nodes(NODES3, **{"launch.env": LAUNCH_ENV, "launch.ld": "absent",
+                             "launch.ssh.node3": "hostname node3\nport 22"})
+    found["node2"]["launch.env"] = LAUNCH_ENV + "\n/etc/environment: PYTHONPATH=/srv/planted"
+    found["node2"]["launch.ld"] = "/etc/ld.so.preload: /opt/x/libhook.so"
+    found["node2"]["launch.ssh.node3"] = "hostname node3\nport 2222"
+    report = compare(desired, found)
+    assert list(report.drifted) == ["node2"] and report.repair_roles("node2") == []
+    assert [d.item for d in report.by_hand("node2")] == ["launch.env", "launch.ld", "launch.ssh.node3"]
+    text = render(report)
+    assert "node2: drifted (repair by hand)" in text
+    assert "  launch.env: line found /etc/environment: PYTHONPATH=/srv/planted (repair: by hand)" in text
+    assert "  launch.ld: line found /etc/ld.so.preload: /opt/x/libhook.so (repair: by hand)" in text
+    assert "  launch.ssh.node3: line expected port 22, line found port 2222 (repair: by hand)" in text
+    assert any(line.startswith("node2: launch.env: line found /etc/environment: PYTHONPATH=/srv/planted")
+               and line.endswith("(no role repairs it)") for line in drift.unrepaired_lines(report))
+
+
+def test_a_launch_item_a_converged_node_recorded_oddly_is_named_against_its_peers():
+    """The record itself odd among its peers' records: the peers' lines are expected."""
+    desired = nodes(NODES3, **{"launch.nccl": "absent"})
+    desired["node3"]["launch.nccl"] = "/etc/nccl.conf: NCCL_P2P_DISABLE=1"
+    found = {n: dict(desired[n]) for n in NODES3}
+    report = compare(desired, found)
+    [d] = report.drifted["node3"]
+    assert (d.item, d.note, d.role) == ("launch.nccl", drift.PEERS_NOTE, "")
+    assert "launch.nccl: line found /etc/nccl.conf: NCCL_P2P_DISABLE=1" in render(report)
+
+
+def test_keys_beyond_the_clusters_are_a_notice_never_a_drift():
+    """mesh.other_keys differs from the record and the peers on node2: in sync all the same, exit 0; the notice is
+    named folded, node by node."""
+    controller = "ssh-ed25519 SHA256:abc lab@controller"
+    desired = nodes(NODES3, **{"mesh.other_keys": controller})
+    found = nodes(NODES3, **{"mesh.other_keys": controller})
+    found["node2"]["mesh.other_keys"] = controller + "\nssh-rsa SHA256:def mallory@elsewhere"
+    found["node3"]["mesh.other_keys"] = "absent"
+    report = compare(desired, found)
+    assert report.in_sync == NODES3 and exit_code(report) == 0
+    assert drift.confirm(desired, found, converged=[], records_current=True).drifted == {}
+    notes = drift.notices(found)
+    assert notes == {"node1": {"mesh.other_keys": controller},
+                     "node2": {"mesh.other_keys": found["node2"]["mesh.other_keys"]}}
+    text = drift.render_notices(notes, NODES3)
+    assert text.splitlines() == [
+        "node1: notice: mesh.other_keys: keys in the login user's authorized_keys beyond the cluster's (not a drift):",
+        f"    {controller}",
+        "node2: notice: mesh.other_keys: keys in the login user's authorized_keys beyond the cluster's (not a drift):",
+        f"    {controller}", "    ssh-rsa SHA256:def mallory@elsewhere"]

@@ -6,6 +6,8 @@ import base64
 import hashlib
 import json
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -66,7 +68,8 @@ EVERY_KEY = {
     "nccl.header", "mpi.path", "mpi.version", "env.python", "env.key", "env.lock", "env.files", "env.manifest",
     "os.machine-id", "horovod.version",
     "horovod.record", "horovod.key", "horovod.checked", "mesh.authorized", "mesh.known_hosts", "mesh.ssh_config",
-    "base.hosts", "base.fabric_interface", "base.ca", "base.run_dir"}
+    "base.hosts", "base.fabric_interface", "base.ca", "base.run_dir", "mesh.other_keys", "launch.env", "launch.sshd",
+    "launch.mpi", "launch.nccl", "launch.ld"}
 
 
 def write(root: Path, path: str, text: str | bytes, mode: int = 0o644) -> Path:
@@ -186,14 +189,21 @@ def test_every_key_is_there_with_what_the_node_holds(node: Path) -> None:
 
 
 def test_the_folder_of_job_leases_reads_ok_only_as_hvd_base_makes_it(tmp_path: Path) -> None:
-    """/run/hvdcluster: root's, mode 1777 (real folders here; the test runs as root, as the lab's converge does)."""
+    """/run/hvdcluster: the login user's (the reader's), mode 0700; an old hvd_base's root 1777 folder, or one any
+    other user owns, is named (real folders here)."""
     run = tmp_path / "run" / "hvdcluster"
     assert look(tmp_path)["base.run_dir"] == "absent"
     run.mkdir(parents=True)
+    run.chmod(0o700)
+    assert look(tmp_path)["base.run_dir"] == "ok"
     run.chmod(0o1777)
-    assert look(tmp_path)["base.run_dir"] == ("ok" if os.geteuid() == 0 else f"owner uid {os.geteuid()}")
+    assert look(tmp_path)["base.run_dir"] == "mode 1777"
     run.chmod(0o755)
     assert look(tmp_path)["base.run_dir"].startswith("mode 0755")
+    if os.geteuid() == 0:
+        os.chown(run, 12345, 12345)
+        run.chmod(0o700)
+        assert look(tmp_path)["base.run_dir"] == "owner uid 12345, not the login user's (uid 0)"
     run.rmdir()
     run.write_text("")
     assert look(tmp_path)["base.run_dir"] == "not a folder"
@@ -588,6 +598,108 @@ def test_the_cluster_key_is_compared_by_type_and_base64(node: Path) -> None:
     assert look(node, cluster_public_key="")["mesh.authorized"] is False
     assert look(node, user="nobody")["mesh.authorized"] is False
     assert look(node, user="root")["mesh.authorized"] is False
+
+
+# ------------------------------------------------------------------------------------------ how a rank is launched
+
+
+def test_the_variables_ssh_gives_a_command_are_named_by_file_and_line(node: Path) -> None:
+    """pam_env's files and, only where sshd's PermitUserEnvironment (here in an Include'd file) lets it, the user's
+    ~/.ssh/environment; sshd's own lines that give variables. Comments and blank lines are not settings."""
+    assert look(node)["launch.env"] == "absent"
+    write(node, "/etc/environment", "# the site's\nOMPI_MCA_mpi_yield_when_idle=1\n\nPYTHONPATH=/srv/planted\n")
+    write(node, "/etc/security/pam_env.conf", "# VARIABLE [DEFAULT=[value]] [OVERRIDE=[value]]\n"
+                                              "LD_PRELOAD DEFAULT=/opt/x/libhook.so\n")
+    write(node, "/home/hvd/.pam_environment", "NCCL_DEBUG DEFAULT=INFO\n")
+    write(node, "/home/hvd/.ssh/environment", "HOROVOD_FUSION_THRESHOLD=0\n")
+    write(node, "/etc/ssh/sshd_config", "Include /etc/ssh/sshd_config.d/*.conf\nPort 22\nAcceptEnv LANG LC_*\n")
+    state = look(node)
+    assert state["launch.env"].split("\n") == [
+        "/etc/environment: OMPI_MCA_mpi_yield_when_idle=1", "/etc/environment: PYTHONPATH=/srv/planted",
+        "/etc/security/pam_env.conf: LD_PRELOAD DEFAULT=/opt/x/libhook.so",
+        "/home/hvd/.pam_environment: NCCL_DEBUG DEFAULT=INFO"]
+    assert state["launch.sshd"] == "/etc/ssh/sshd_config: AcceptEnv LANG LC_*"
+    write(node, "/etc/ssh/sshd_config.d/site.conf", "PermitUserEnvironment=yes\nSetEnv PYTHONHOME=/opt/py\n")
+    state = look(node)
+    assert state["launch.env"].endswith("\n/home/hvd/.ssh/environment: HOROVOD_FUSION_THRESHOLD=0")
+    assert state["launch.sshd"].split("\n") == [
+        "/etc/ssh/sshd_config: AcceptEnv LANG LC_*", "/etc/ssh/sshd_config.d/site.conf: PermitUserEnvironment=yes",
+        "/etc/ssh/sshd_config.d/site.conf: SetEnv PYTHONHOME=/opt/py"]
+
+
+def test_the_mpi_nccl_and_linker_files_a_rank_reads_are_named_but_the_roles_own_ldconf_files(node: Path) -> None:
+    """Open MPI's parameter files beside the mpirun on the SSH PATH, Debian's and the user's; NCCL's system and user
+    files; the linker's preload and every file ld.so.conf includes, but the hvd-*.conf the roles write (ldconf.*)."""
+    before = look(node)
+    assert [before[k] for k in ("launch.mpi", "launch.nccl", "launch.ld")] == ["absent"] * 3
+    write(node, "/opt/openmpi-4.1.6/etc/openmpi-mca-params.conf", "# defaults\nbtl_tcp_if_include = eth9\n")
+    write(node, "/etc/openmpi/openmpi-mca-params.conf", "btl = ^openib\n")
+    write(node, "/home/hvd/.openmpi/mca-params.conf", "pml = ob1\n")
+    write(node, "/etc/nccl.conf", "NCCL_P2P_DISABLE=1\n")
+    write(node, "/home/hvd/.nccl.conf", "NCCL_SOCKET_IFNAME=eth9\n")
+    write(node, "/etc/ld.so.preload", "/opt/x/libhook.so\n")
+    write(node, "/etc/ld.so.conf", "include /etc/ld.so.conf.d/*.conf\n")
+    write(node, "/etc/ld.so.conf.d/zz-other.conf", "/opt/other/lib\n")
+    state = look(node)
+    assert state["launch.mpi"].split("\n") == [
+        "/opt/openmpi-4.1.6/etc/openmpi-mca-params.conf: btl_tcp_if_include = eth9",
+        "/etc/openmpi/openmpi-mca-params.conf: btl = ^openib", "/home/hvd/.openmpi/mca-params.conf: pml = ob1"]
+    assert state["launch.nccl"] == "/etc/nccl.conf: NCCL_P2P_DISABLE=1\n/home/hvd/.nccl.conf: NCCL_SOCKET_IFNAME=eth9"
+    assert state["launch.ld"].split("\n") == [
+        "/etc/ld.so.preload: /opt/x/libhook.so", "/etc/ld.so.conf: include /etc/ld.so.conf.d/*.conf",
+        "/etc/ld.so.conf.d/zz-other.conf: /opt/other/lib"]  # hvd-openmpi.conf: the ldconf.* item, hvd_openmpi's
+    assert state["ldconf.hvd-openmpi.conf"] == before["ldconf.hvd-openmpi.conf"]
+
+
+def test_a_launch_item_is_bounded_and_names_an_unreadable_file(node: Path) -> None:
+    write(node, "/etc/environment", "".join(f"V{i}={'x' * 300}\n" for i in range(60)))
+    lines = look(node)["launch.env"].split("\n")
+    assert len(lines) == hvd_state.LAUNCH_LINES + 1 and all(len(line) <= hvd_state.LAUNCH_LINE for line in lines)
+    assert lines[-1].startswith("/etc/environment: +10 more lines ")
+    if os.geteuid() != 0:  # root reads any file
+        (node / "etc/environment").chmod(0)
+        assert look(node)["launch.env"] == "/etc/environment: unreadable"
+
+
+@pytest.mark.skipif(not shutil.which("ssh"), reason="no OpenSSH client")
+def test_what_ssh_makes_of_each_peers_name_is_read_with_ssh_g(node: Path) -> None:
+    """Real `ssh -G` with the user's config: a Host block before ours that sends n2 elsewhere shows in n2's item
+    only, by the options that changed."""
+    state = look(node, peers=["n1", "n2"])
+    n1 = state["launch.ssh.n1"].split("\n")
+    assert {"hostname n1", "port 22", "identityfile ~/.ssh/hvd_lab"} <= set(n1)
+    assert state["launch.ssh.n2"].split("\n") == [line.replace("n1", "n2") for line in n1]
+    config = node / "home/hvd/.ssh/config"
+    config.write_text("Host n2\n  Port 2222\n  ProxyCommand nc jump 22\n" + config.read_text())
+    again = look(node, peers=["n1", "n2"])
+    assert again["launch.ssh.n1"] == state["launch.ssh.n1"]
+    n2 = again["launch.ssh.n2"].split("\n")
+    assert "port 2222" in n2 and "proxycommand nc jump 22" in n2 and "port 22" not in n2
+    assert "launch.ssh.n1" not in look(node)  # no peers named: no such item
+
+
+@pytest.mark.skipif(not shutil.which("ssh") or os.geteuid() != 0, reason="needs root and an OpenSSH client")
+def test_a_reader_running_as_root_resolves_as_the_login_user() -> None:
+    """On a node (root "/"), a look run as root (a role's) runs `ssh -G` with the login user's ids: their config, their
+    known_hosts; a user the node does not have reads absent."""
+    state = hvd_state.ssh_resolved("/", "nobody", ["n1"])
+    assert "user nobody" in state["launch.ssh.n1"].split("\n")
+    assert hvd_state.ssh_resolved("/", "no-such-user-here", ["n1"]) == {"launch.ssh.n1": "absent"}
+
+def test_keys_beyond_the_clusters_are_listed_by_fingerprint(node: Path, tmp_path: Path) -> None:
+    """As ssh-keygen -l names them; the cluster key (here behind options) is not one of them."""
+    assert look(node)["mesh.other_keys"] == "ssh-rsa SHA256:" + base64.b64encode(
+        hashlib.sha256(b"AAAAB3other").digest()).decode().rstrip("=") + " x"  # not base64: its bytes as they are
+    if not shutil.which("ssh-keygen"):
+        return
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "mallory@elsewhere", "-f",
+                    str(tmp_path / "k")], check=True)
+    keys = node / "home/hvd/.ssh/authorized_keys"
+    keys.write_text(keys.read_text() + (tmp_path / "k.pub").read_text())
+    listed = subprocess.run(["ssh-keygen", "-l", "-f", str(tmp_path / "k.pub")], capture_output=True, text=True,
+                            check=True).stdout.split()  # 256 SHA256:... mallory@elsewhere (ED25519)
+    assert look(node)["mesh.other_keys"].split("\n")[1] == f"ssh-ed25519 {listed[1]} mallory@elsewhere"
+    assert look(node, cluster_public_key="")["mesh.other_keys"].count("\n") == 2  # every key then
 
 
 # ------------------------------------------------------------------------------------------ as Ansible runs it

@@ -20,9 +20,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     scope = [n for n in names if n in reading.found or n in reading.unreachable]
     report = drift.compare(nodestate.desired(root, scope), {n: reading.found.get(n) for n in scope},
                            list(reading.unreachable))
+    if args.deep:  # what only a deep read sees, the next `up` reads deep too (and repairs)
+        nodestate.note_deep_findings(root, found=[n for n in scope if drift.env_files_differ(report, n)],
+                                     cleared=[n for n in scope if n in reading.found])
     bastion = bastion_problem(cluster, root) if reading.unreachable else ""
+    notes = drift.notices({n: reading.found.get(n) for n in scope})  # named, never a drift: the exit code ignores them
     if args.json:
         doc = drift.to_json(report)
+        doc["notices"] = notes
         doc.update({"cluster": cluster.cluster, "inventory": str(root), "log": reading.log,
                     "seconds": round(reading.seconds, 2), "why_unreachable": reading.unreachable})
         if bastion:
@@ -30,6 +35,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         dump_json(sys.stdout, doc)
     else:
         print(printable(drift.render(report)))  # node-supplied text: no control sequence reaches the terminal
+        if notes:
+            print(printable(drift.render_notices(notes, scope)), end="")
         for node, why in reading.unreachable.items():
             print(printable(f"  {node}: {why}"))
         if bastion:
