@@ -21,6 +21,15 @@ from .inventory import Inventory, proxy_command, ssh_word
 DEFAULT_PREFIX = ENV_PREFIX  # hvd_pyenv_prefix when the inventory sets none
 BASE_FACT = "/etc/ansible/facts.d/hvd_base.fact"
 
+# Variables that change where Python imports from or what it runs at its start. A rank on another node gets that
+# node's own from its SSH session (pam_env's /etc/environment, ~/.ssh/environment: `check` names them, launch.env), and
+# horovodrun and mpirun pass on only what the first node set, so every rank starts without them, and without the
+# user's site-packages (~/.local, which a conda env reads): the same sys.path on every node. A job that wants one
+# says so in its command: hvdcluster run -- env PYTHONPATH=/srv/job python train.py
+IMPORT_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONSAFEPATH",
+                    "PYTHONPLATLIBDIR", "PYTHONPYCACHEPREFIX", "PYTHONEXECUTABLE", "PYTHONNOUSERSITE")
+SAME_IMPORTS = ["env", *(word for name in IMPORT_VARIABLES for word in ("-u", name)), "PYTHONNOUSERSITE=1"]
+
 
 class LaunchError(HvdError):
     """The launch cannot be built from this inventory (exit code 2)."""
@@ -109,9 +118,11 @@ def activation(prefix: str, manager: str = "venv") -> str:
     """Shell that gives horovodrun, and so every rank it starts (it passes its environment on: to Gloo's remote
     commands and as ``mpirun -x``), what the roles set up for login shells: the CUDA/NCCL settings they wrote to
     /etc/profile.d/hvd-*.sh, then the env's ``bin/`` first on PATH and ``VIRTUAL_ENV`` (``CONDA_PREFIX`` for
-    conda). Shell wrappers, entry points and ``#!/usr/bin/env python`` scripts then find the env's interpreter."""
+    conda). Shell wrappers, entry points and ``#!/usr/bin/env python`` scripts then find the env's interpreter.
+    The first node's import variables (:data:`IMPORT_VARIABLES`) are unset first: horovodrun itself runs without them."""
     marker = "CONDA_PREFIX" if manager == "conda" else "VIRTUAL_ENV"
-    return ('for f in /etc/profile.d/hvd-*.sh; do if [ -r "$f" ]; then . "$f"; fi; done; '
+    return (f'unset {" ".join(IMPORT_VARIABLES)}; '
+            'for f in /etc/profile.d/hvd-*.sh; do if [ -r "$f" ]; then . "$f"; fi; done; '
             f'export PATH={shlex.quote(prefix + "/bin")}:"$PATH" {marker}={shlex.quote(prefix)}')
 
 
@@ -163,6 +174,7 @@ def build(
     program = list(command)
     if program[0] in ("python", "python3"):
         program[0] = f"{prefix}/bin/python"  # the env's interpreter, the same path on every node
+    program = [*SAME_IMPORTS, *program]  # each rank through env(1): the node's import variables left behind
     first = next(iter(inv.hosts))
     manager = str(inv.vars.get("hvd_pyenv_manager") or "venv")
     return Launch(horovodrun=[*argv, *program], ssh=ssh_argv(inv, first), activate=activation(prefix, manager),

@@ -154,6 +154,33 @@ def record_inputs(root: Path, digest: str) -> None:
     os.replace(part, folder / INPUTS)
 
 
+DEEP_FINDINGS = "deep.json"
+
+
+def deep_findings(root: Path) -> list[str]:
+    """The nodes the last `check --deep` found with env files that differ in content only (size and time kept): a
+    plain read does not see it, so the next `up` reads deep until a deep read finds them as installed."""
+    try:
+        nodes = json.loads((state_dir(root) / DEEP_FINDINGS).read_text()).get("nodes")
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [str(n) for n in nodes] if isinstance(nodes, list) else []
+
+
+def note_deep_findings(root: Path, found: Iterable[str], cleared: Iterable[str]) -> None:
+    """After a deep read: ``found`` nodes differ in their env files, ``cleared`` ones were read as installed."""
+    nodes = (set(deep_findings(root)) | set(found)) - (set(cleared) - set(found))
+    folder = state_dir(root)
+    path = folder / DEEP_FINDINGS
+    if not nodes:
+        path.unlink(missing_ok=True)
+        return
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    part = folder / f".{DEEP_FINDINGS}.part-{os.getpid()}"
+    part.write_text(json.dumps({"nodes": sorted(nodes)}) + "\n")
+    os.replace(part, path)
+
+
 def forget_inputs(root: Path) -> None:
     """Something changed outside a full converge (a failed run, a partial one): the next `up` converges fully."""
     (state_dir(root) / INPUTS).unlink(missing_ok=True)

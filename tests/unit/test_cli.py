@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hvdcluster import cli, lock, spec
+from hvdcluster import cli, launch, lock, spec
 from hvdcluster.cli import runs
 
 BAD = sorted((Path(__file__).parent / "bad_hosts").glob("*.yaml"))
@@ -210,7 +211,7 @@ def test_run_print_uses_the_interface_the_inventory_names(hosts: Path, rendered:
     (rendered / "c1" / "group_vars" / "all" / "local.yml").write_text("hvd_fabric_interface: ib0\n")
     capsys.readouterr()
     assert cli.main(["run", str(hosts), "-o", str(rendered), "--print", "--", "./job.sh"]) == 0
-    assert "--network-interfaces ib0 ./job.sh" in capsys.readouterr().out
+    assert f"--network-interfaces ib0 {shlex.join(launch.SAME_IMPORTS)} ./job.sh" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("print_only", [["--print"], []])
@@ -234,10 +235,11 @@ def test_run_takes_hosts_first_like_every_command_and_the_job_after_dashes(
     argv = ["-o", str(rendered), "--print", "--", "python", "other.yaml", "--hosts", "x.yaml", "--", "-np", "9"]
     assert cli.main(["run", str(hosts), *argv]) == 0
     out = capsys.readouterr()
-    assert "horovodrun -np 4 -H gpu01:2,gpu02:2 /opt/hvd/env/bin/python other.yaml --hosts x.yaml -- -np 9'" in out.out
+    assert (f"horovodrun -np 4 -H gpu01:2,gpu02:2 {shlex.join(launch.SAME_IMPORTS)} /opt/hvd/env/bin/python other.yaml "
+            "--hosts x.yaml -- -np 9'") in out.out
     assert "deprecated" not in out.err
     assert cli.main(["run", "--print", "-o", str(rendered), str(hosts), "--", "python", "other.yaml"]) == 0  # anywhere
-    assert "gpu02:2 /opt/hvd/env/bin/python other.yaml'" in capsys.readouterr().out
+    assert f"gpu02:2 {shlex.join(launch.SAME_IMPORTS)} /opt/hvd/env/bin/python other.yaml'" in capsys.readouterr().out
 
 
 def test_run_hosts_flag_still_works_with_one_deprecation_line(hosts: Path, rendered: Path, no_ssh: list,
@@ -617,9 +619,45 @@ def test_up_repairs_a_drifted_node_from_the_first_role_that_owns_its_drift(hosts
     assert cli.main(["up", str(hosts), "-o", str(rendered), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["fast_path"] == {"in_sync": ["gpu01"], "repaired": {"gpu02": ["horovod.record"]}, "by_hand": {},
-                                "read_seconds": 0.1}
+                                "read_seconds": 0.1, "deep": False}
     assert recorded.calls == [{"playbook": "site.yml", "tags": "hvd_horovod,hvd_verify,hvd_state",
                                "extravars": {"hvd_targets": "gpu02"}}]
+
+
+def test_what_check_deep_finds_the_next_up_reads_deep_and_repairs_until_a_deep_read_finds_it_installed(
+        hosts, rendered, recorded, monkeypatch, capsys) -> None:
+    """A library with one byte flipped (size and time kept): only a deep read sees it. `check --deep` names it; a
+    plain `up` then reads deep by itself, and its repair run judges the env (hvd_pyenv) and reads it back deep; once
+    that read-back finds it installed, the next `up` reads shallow again."""
+    from hvdcluster import nodestate
+
+    root = rendered / "c1"
+    flipped = {**SHARED, "env.files": "changed: lib/python3.11/site-packages/torch/lib/libtorch_cpu.so"}
+    calls = fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": flipped})
+    assert cli.main(["check", str(hosts), "-o", str(rendered), "--deep"]) == 1
+    assert nodestate.deep_findings(root) == ["gpu02"] and calls[-1][-1] == "deep"
+    recorded.after = {"gpu01": dict(SHARED), "gpu02": dict(SHARED)}
+    capsys.readouterr()
+    assert cli.main(["up", str(hosts), "-o", str(rendered), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert calls[-1][-1] == "deep" and doc["fast_path"]["deep"] and doc["converged"] == ["gpu02"]
+    assert recorded.calls[-1]["extravars"] == {"hvd_targets": "gpu02", "hvd_pyenv_deep": True, "hvd_state_deep": True}
+    assert recorded.calls[-1]["tags"].startswith("hvd_pyenv,")
+    assert nodestate.deep_findings(root) == []
+    fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": dict(SHARED)})
+    assert cli.main(["up", str(hosts), "-o", str(rendered), "--json"]) == 0
+    assert not json.loads(capsys.readouterr().out)["fast_path"]["deep"]
+
+
+def test_up_deep_reads_every_env_file_and_repairs_what_only_that_read_sees(hosts, rendered, recorded, monkeypatch,
+                                                                           capsys) -> None:
+    flipped = {**SHARED, "env.files": "changed: lib/python3.11/site-packages/torch/lib/libtorch_cpu.so"}
+    calls = fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": flipped})
+    recorded.after = {"gpu01": dict(SHARED), "gpu02": dict(SHARED)}
+    capsys.readouterr()
+    assert cli.main(["up", str(hosts), "-o", str(rendered), "--deep", "--json"]) == 0
+    assert len(calls) == 1 and calls[0][-1] == "deep"
+    assert recorded.calls[-1]["extravars"]["hvd_pyenv_deep"] is True
 
 
 def test_up_fails_naming_what_its_repair_left_and_records_only_what_is_as_it_must_be(

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,7 +41,8 @@ def inv(tmp_path: Path) -> inventory.Inventory:
 def test_every_slot_of_every_host_by_default_with_the_envs_interpreter(inv: inventory.Inventory) -> None:
     plan = launch.build(inv, ["python", "train.py", "--epochs", "2"], controller="gloo", network_interface="ib0")
     assert plan.horovodrun == ["/opt/envs/hvd/bin/horovodrun", "-np", "4", "-H", "gpu01:2,gpu02:2", "--gloo",
-                               "--network-interfaces", "ib0", "/opt/envs/hvd/bin/python", "train.py", "--epochs", "2"]
+                               "--network-interfaces", "ib0", *launch.SAME_IMPORTS, "/opt/envs/hvd/bin/python", "train.py",
+                               "--epochs", "2"]
 
 
 def test_a_one_node_launch_leaves_the_interface_to_horovodrun(inv: inventory.Inventory) -> None:
@@ -56,8 +61,36 @@ def test_runs_on_the_first_node_with_pinned_host_keys(inv: inventory.Inventory) 
     assert "StrictHostKeyChecking=yes" in ssh and f'UserKnownHostsFile="{inv.path / "ssh" / "known_hosts"}"' in ssh
     assert ssh[ssh.index("-i") + 1].endswith("id_test")
     assert plan.argv()[-1] == (launch.activation("/opt/envs/hvd") +
-                               "; exec /opt/envs/hvd/bin/horovodrun -np 3 -H gpu01:2,gpu02:2 ./job.sh")
+                               "; exec /opt/envs/hvd/bin/horovodrun -np 3 -H gpu01:2,gpu02:2 "
+                               f"{shlex.join(launch.SAME_IMPORTS)} ./job.sh")
 
+
+SYS_PATH = "import json, sys; print(json.dumps(sys.path))"
+
+
+def test_every_rank_imports_alike_whatever_its_nodes_ssh_session_sets(inv: inventory.Inventory, tmp_path: Path) -> None:
+    """A rank's command as horovodrun runs it (the program after its own options), run under the variables a node's
+    SSH session may hold (pam_env's /etc/environment): the same sys.path as on a clean node, and an interpreter that
+    starts (a PYTHONHOME elsewhere stops it); the first node's are unset before horovodrun. A variable the job's own
+    command sets still reaches it."""
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    (planted / "sitecustomize.py").write_text("print('planted')\n")
+    node = {"PATH": os.environ["PATH"], "PYTHONPATH": str(planted), "PYTHONHOME": str(tmp_path / "nowhere"),
+            "PYTHONUSERBASE": str(tmp_path), "PYTHONSAFEPATH": "1", "PYTHONPLATLIBDIR": "lib64"}
+    plan = launch.build(inv, [sys.executable, "-c", SYS_PATH])
+    rank = plan.horovodrun[plan.horovodrun.index(launch.SAME_IMPORTS[0]):]
+    clean = subprocess.run(rank, capture_output=True, text=True, env={"PATH": os.environ["PATH"]}, check=True)
+    dirty = subprocess.run(rank, capture_output=True, text=True, env=node)
+    assert dirty.returncode == 0 and dirty.stdout == clean.stdout, dirty.stderr
+    assert str(planted) not in json.loads(dirty.stdout)
+    unset = subprocess.run(["sh", "-c", plan.activate + "; echo ${PYTHONPATH-unset} ${PYTHONHOME-unset}"],
+                           capture_output=True, text=True, env=node)
+    assert unset.stdout.split() == ["unset", "unset"], unset.stderr
+    mine = launch.build(inv, ["env", f"PYTHONPATH={planted}", sys.executable, "-c", SYS_PATH])
+    rank = mine.horovodrun[mine.horovodrun.index(launch.SAME_IMPORTS[0]):]
+    given = subprocess.run(rank, capture_output=True, text=True, env=node, check=True)
+    assert given.stdout.startswith("planted\n") and str(planted) in json.loads(given.stdout.split("\n", 1)[1])
 
 @pytest.mark.parametrize(("manager", "marker"), [("venv", "VIRTUAL_ENV"), ("conda", "CONDA_PREFIX")])
 def test_the_job_runs_with_the_envs_bin_first_on_path_and_its_marker_set(tmp_path: Path, manager: str,

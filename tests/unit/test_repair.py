@@ -22,7 +22,7 @@ def report(**drifted: dict) -> drift.Report:
 def test_a_cluster_in_sync_converges_nothing() -> None:
     todo = plan(report(), NAMES)
     assert todo.in_sync == NAMES and todo.targets == [] and todo.roles == []
-    assert todo.summary(0.1) == {"in_sync": NAMES, "repaired": {}, "by_hand": {}, "read_seconds": 0.1}
+    assert todo.summary(0.1) == {"in_sync": NAMES, "repaired": {}, "by_hand": {}, "read_seconds": 0.1, "deep": False}
 
 
 def test_a_drifted_node_runs_the_role_that_owns_its_drift_and_every_role_after_it() -> None:

@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "last passed")
     p.add_argument("--full", action="store_true",
                    help="converge every node with every role, even those whose state is the desired one")
+    p.add_argument("--deep", action="store_true",
+                   help="read every env file's content (sha256) too, as `check --deep` does, and repair what differs "
+                   "(after a `check --deep` that found something, a plain `up` reads those nodes deep by itself)")
     p.add_argument("--bundle", metavar="DIR",
                    help="install from this offline bundle only (hvdcluster bundle): apt from its local repository, "
                    "pip with --no-index; like network.bundle in hosts.yaml")
@@ -136,7 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Builds the horovodrun command line from the inventory (hosts and slots, the "
                        "env's interpreter, the fabric interface) and runs it on the first node over SSH, holding a job "
                        "lease on every node its ranks run on (hvdcluster up --rolling waits for it). The job's "
-                       "command and its arguments come after --.")
+                       "command and its arguments come after --. Every rank starts with the same Python import path: "
+                       "without the PYTHONPATH, PYTHONHOME, PYTHONSTARTUP, PYTHONUSERBASE ... a node's SSH session "
+                       "gives it, and with PYTHONNOUSERSITE=1; a job that wants one sets it in its command "
+                       "(-- env PYTHONPATH=/srv/job python train.py).")
     p.add_argument("hosts", nargs="?", metavar="HOSTS", help="the cluster's hosts.yaml (default: ./hosts.yaml)")
     p.add_argument("--hosts", dest="hosts_flag", metavar="FILE",
                    help="deprecated spelling of HOSTS (prints a deprecation line; not together with HOSTS)")

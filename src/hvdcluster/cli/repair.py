@@ -38,6 +38,7 @@ class Repair:
     roles: list[str]  # site.yml's roles from the earliest one any target needs to the end (hvd_verify); [] if none
     reinstalled: list[str]  # targets whose machine-id changed: every role runs on them, never a partial repair
     reinstall_env: list[str]  # targets whose env manifest is not the recorded one: hvd_pyenv installs the env again
+    deep: bool = False  # read deep (up --deep, or a `check --deep` finding): hvd_pyenv and the read-back read so too
 
     @property
     def tags(self) -> str:
@@ -48,13 +49,16 @@ class Repair:
     def extravars(self) -> dict[str, Any]:
         """The repair run's extra variables: the roles' plays take only the targets (the post-flight takes every
         node), and hvd_pyenv reinstalls the envs whose manifest changed."""
+        from .runs import DEEP  # noqa: PLC0415 - runs imports this module
+
         return {"hvd_targets": ",".join(self.targets),
-                **({"hvd_pyenv_reinstall": self.reinstall_env} if self.reinstall_env else {})}
+                **({"hvd_pyenv_reinstall": self.reinstall_env} if self.reinstall_env else {}),
+                **(DEEP if self.deep else {})}
 
     def summary(self, read_seconds: float) -> dict[str, Any]:
         """``fast_path`` in `up --json`."""
         return {"in_sync": self.in_sync, "repaired": self.repaired, "by_hand": self.by_hand,
-                "read_seconds": round(read_seconds, 2)}
+                "read_seconds": round(read_seconds, 2), "deep": self.deep}
 
 
 def plan(report: Report, names: Sequence[str]) -> Repair:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import inventory, lock, spec
+from .. import inventory, lock, redact, spec
 from ..progress import Console, Tracker, dump_json
 from .common import (
     EXIT_FAILED,
@@ -25,6 +25,9 @@ from .common import (
 
 # up --verify: the post-flight's slow proofs even when nothing changed since they last passed.
 FULL_VERIFY = {"hvd_verify_allreduce": "always", "hvd_horovod_gate_always": True}
+# up --deep (or after a `check --deep` that found something): hvd_pyenv judges the env by every file's content, and the
+# read-back that closes the loop reads it so too.
+DEEP = {"hvd_pyenv_deep": True, "hvd_state_deep": True}
 
 
 def tracked_run(root: Path, cluster: spec.ClusterSpec, console: Console, playbook: str, *,
@@ -36,7 +39,6 @@ def tracked_run(root: Path, cluster: spec.ClusterSpec, console: Console, playboo
 
     tracker = Tracker.for_hosts([h.name for h in cluster.hosts], pinned=inventory.pinned_hosts(cluster))
     console.update(tracker, set(tracker.hosts))
-    first_use = inventory.first_use_hosts(cluster, root)  # nodes whose host key no pin and no earlier run vouches for
 
     def on_event(event: dict) -> None:
         if events is not None:
@@ -44,30 +46,32 @@ def tracked_run(root: Path, cluster: spec.ClusterSpec, console: Console, playboo
         console.update(tracker, tracker.handle(event))
 
     result = run_playbook(root, playbook, limit=limit, tags=tags, check=check, diff=diff, extravars=extravars,
-                          on_event=on_event)
-    trusted = inventory.trusted_on_first_use(cluster, root, first_use)  # said plainly behind a bastion
-    if trusted:
-        console.write(trusted)
+                          on_event=on_event, env=redact.run_env(cluster))
     return tracker, result
 
 
 def drift_from_records(root: Path, names: list[str], console: Console | None = None,
-                       step: str | None = None) -> tuple[dict[str, dict | None], Any, Any] | None:
+                       step: str | None = None, deep: bool = False) -> tuple[dict[str, dict | None], Any, Any] | None:
     """The fast path's look, for `up` and `up --rolling`: every node's record held against one read of every node
     (the records must be of the current inputs: the caller checks that). ``(desired, reading, report)``, or None when
     the records cannot decide: a node without a record, or one that could not be read (the caller then converges
-    every node). ``step``: said (as step 1 of 2) before the read."""
+    every node). ``step``: said (as step 1 of 2) before the read. ``deep``: every env file's content read too (what
+    that read finds is noted for the next `up`, as `check --deep` notes it)."""
     from .. import drift, nodestate
 
     want = nodestate.desired(root, names)
     if any(state is None for state in want.values()):
         return None
     if step and console is not None:
-        console.step(1, 2, step)
-    reading = nodestate.read(root, hosts=names)
+        console.step(1, 2, step + (" (deep: every env file's content)" if deep else ""))
+    reading = nodestate.read(root, hosts=names, deep=deep)
     if reading.unreachable:
         return None
-    return want, reading, drift.compare(want, reading.found, [])
+    report = drift.compare(want, reading.found, [])
+    if deep:
+        nodestate.note_deep_findings(root, found=[n for n in names if drift.env_files_differ(report, n)],
+                                     cleared=names)
+    return want, reading, report
 
 
 def close_loop(root: Path, cluster: spec.ClusterSpec, tracker: Tracker, events: list[dict],
@@ -136,7 +140,8 @@ def converge(args: argparse.Namespace, playbook: str, what: str, command: str) -
         check = getattr(args, "check", False)
         mode = " (check mode: nothing is changed)" if check else ""
         console.step(3, 3, f"{what} playbooks/{playbook}{mode}")
-        extravars = FULL_VERIFY if getattr(args, "verify", False) else None
+        extravars = {**(FULL_VERIFY if getattr(args, "verify", False) else {}),
+                     **(DEEP if getattr(args, "deep", False) else {})} or None
         converging = playbook == "site.yml" and not check
         names = [h.name for h in cluster.hosts]
         desired = nodestate.desired(root, names) if converging else {}

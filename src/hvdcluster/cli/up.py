@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+import dataclasses
+
 from .. import lock
 from ..progress import dump_json, transfer_report
 from . import repair, rolling, runs
@@ -36,12 +38,14 @@ def _fast_path(args: argparse.Namespace) -> int | None:
                 console.write("inputs changed since the last full converge: converging every node")
                 return None
             return _after_change(args, console, cluster, root, changed)
+        # Deep when asked, or while a deep read (check --deep) found env files changed in content only.
+        deep = args.deep or any(n in names for n in nodestate.deep_findings(root))
         looked = runs.drift_from_records(root, names, console,
-                                         step=f"read every node's state ({len(names)} nodes, read-only)")
+                                         step=f"read every node's state ({len(names)} nodes, read-only)", deep=deep)
         if looked is None:
             return None
         want, reading, report = looked
-        todo = repair.plan(report, names)
+        todo = dataclasses.replace(repair.plan(report, names), deep=deep)
         fast = todo.summary(reading.seconds)
         if not report.drifted:
             console.write(f"  {drift.render(report)}")
@@ -85,13 +89,14 @@ def _after_change(args: argparse.Namespace, console, cluster, root, changed) -> 
     names = [h.name for h in cluster.hosts]
     console.write(f"inputs changed since the last converge: {', '.join(changed.variables)} (read from "
                   f"{changed.first_role} on)")
+    deep = args.deep or any(n in names for n in nodestate.deep_findings(root))
     looked = runs.drift_from_records(root, names, console,
-                                     step=f"read every node's state ({len(names)} nodes, read-only)")
+                                     step=f"read every node's state ({len(names)} nodes, read-only)", deep=deep)
     if looked is None:
         console.write("  not every node could be read against its record: converging every node")
         return None
     want, _, report = looked
-    todo = repair.after_change(report, names, changed.first_role)
+    todo = dataclasses.replace(repair.after_change(report, names, changed.first_role), deep=deep)
     if todo.reinstalled:
         console.write(f"  reinstalled since the last converge: {', '.join(todo.reinstalled)}: converging every node")
         return None
@@ -122,6 +127,9 @@ def _converge_and_prove(args: argparse.Namespace, console, cluster, root, todo: 
                                  records_current=records_current)
     if tracker.ok and result.rc == 0 and not unrepaired:
         nodestate.record_inputs(root, digest)
+    if todo.deep:  # read back deep: a repaired node's env is as installed, byte for byte
+        nodestate.note_deep_findings(root, found=[line.split(":", 1)[0] for line in unrepaired
+                                                  if ": env.files:" in line], cleared=converged)
     return runs.finish(args, console, cluster, root, tracker, result,
                        {**extra, "converged": [n for n in todo.targets if tracker.hosts[n].ended_well]}, unrepaired)
 
