@@ -13,6 +13,11 @@ whole, verified file or nothing, never a half-written one.
 ``state: copied`` copies ``src`` (a file another user could change, such as the login user's copy of a wheel)
 to ``path`` in a folder of root's own, hashing exactly the bytes it writes: ``path`` exists only when they are
 ``sha256``. Root then uses ``path``, never ``src`` again.
+
+``state: listed`` judges a folder against a list (``files``: relative path -> sha256): it must hold exactly these
+regular files, each with its sha256 - else it fails naming each file that is missing, changed, not listed, or a
+symlink (none is followed). One module run reads every file once: what an offline bundle offers a build is checked
+on the node that uses it, against the manifest's sha256.
 """
 
 from __future__ import annotations
@@ -22,11 +27,14 @@ module: hvd_artifact
 short_description: Verify an artifact by sha256, or publish one atomically with its .sha256 beside it
 description:
   - Judges a file against its sha256 (removing one that does not match), publishes a file under its final name
-    only once its sha256 is checked, or copies one hashing exactly the bytes it writes.
+    only once its sha256 is checked, copies one hashing exactly the bytes it writes, or judges a folder against a
+    list of files and their sha256.
 options:
-  path: {description: The artifact., type: path, required: true}
-  state: {description: "verified, published or copied.", type: str, choices: [verified, published, copied],
-          default: verified}
+  path: {description: "The artifact (listed: the folder).", type: path, required: true}
+  state: {description: "verified, published, copied or listed.", type: str,
+          choices: [verified, published, copied, listed], default: verified}
+  files: {description: "listed: every file the folder must hold, relative path -> sha256 (nothing else).",
+          type: dict}
   sha256: {description: "Expected digest. verified: default the content of <path>.sha256.", type: str}
   src: {description: "published: the temporary file to check and rename to I(path). copied: the file to copy.",
         type: path}
@@ -67,6 +75,13 @@ EXAMPLES = r"""
     src: /home/hvd/.cache/hvdcluster/artifacts/horovod-0.28.1-cp311-cp311-linux_x86_64.whl
     path: /var/lib/hvdcluster/horovod/horovod-0.28.1-cp311-cp311-linux_x86_64.whl
     sha256: "{{ wheel_sha256 }}"
+
+- name: Check that the work folder holds exactly the offered files, each with its sha256
+  hvd.cluster.hvd_artifact:
+    state: listed
+    path: /var/lib/hvdcluster/pyenv
+    files:
+      wheels/six-1.16.0-py2.py3-none-any.whl: "{{ six_sha256 }}"
 """
 
 RETURN = r"""
@@ -75,13 +90,17 @@ sha256: {description: The file's digest (when it exists)., type: str, returned: 
 reason: {description: Why the file is not valid., type: str, returned: when not valid}
 removed: {description: "A file that did not match was removed (with its .sha256).", type: bool, returned: state=verified}
 path: {description: The artifact's path., type: str, returned: state=verified or state=copied}
+problems: {description: "listed: each file missing, changed, not listed or no plain file.", type: list,
+           returned: state=listed and failed}
 """
 
+import hashlib
 import os
 import re
+import stat
 import tempfile
 
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import copy_verified, sha256_of
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import copy_verified, sha256_of, walk_tree
 
 HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -138,6 +157,58 @@ def publish(src: str, path: str, sha256: str) -> None:
     os.replace(src, path)
 
 
+def _sha256_no_link(path: str) -> str:
+    """The sha256 of the plain file at ``path``, opened without following a link (O_NOFOLLOW)."""
+    digest = hashlib.sha256()
+    with open(os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)), "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def listed(folder: str, files: dict) -> list[str]:
+    """What keeps ``folder`` from holding exactly ``files`` ({relative path: sha256}), one line each: a listed file
+    missing, of another sha256 or no plain file; a file not listed; a symlink anywhere (never followed). [] when it
+    holds exactly them. Every file is read once."""
+    problems = []
+    want = {}
+    for rel, sha in files.items():
+        sha = str(sha).lower()
+        if os.path.isabs(rel) or os.path.normpath(rel) != rel or rel.split(os.sep)[0] == "..":
+            problems.append(f"{rel!r}: not a plain relative path below {folder}")
+        elif not HEX.fullmatch(sha):
+            problems.append(f"{rel}: {sha!r} is not a sha256 digest")
+        else:
+            want[rel] = sha
+    found, named = set(), set()
+    for rel, info in walk_tree(folder):
+        path = os.path.join(folder, rel)
+        if stat.S_ISLNK(info.st_mode):
+            problems.append(f"{path}: a symlink (not followed)")
+        elif not stat.S_ISREG(info.st_mode):
+            problems.append(f"{path}: not a plain file")
+        elif rel not in want:
+            problems.append(f"{path}: not listed")
+        else:
+            found.add(rel)
+            continue
+        named.add(rel)
+    for rel, sha in sorted(want.items()):
+        path = os.path.join(folder, rel)
+        if rel not in found:
+            if rel not in named:
+                problems.append(f"{path}: " + ("not a plain file" if os.path.lexists(path) else "missing"))
+            continue
+        try:
+            digest = _sha256_no_link(path)
+        except OSError as exc:
+            problems.append(f"{path}: unreadable: {exc.strerror or exc}")
+            continue
+        if digest != sha:
+            problems.append(f"{path}: sha256 {digest}, expected {sha}")
+    return problems
+
+
 def remove(path: str) -> None:
     for victim in (path, path + ".sha256"):
         if os.path.lexists(victim):
@@ -150,13 +221,15 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "path": {"type": "path", "required": True},
-            "state": {"type": "str", "choices": ["verified", "published", "copied"], "default": "verified"},
+            "state": {"type": "str", "choices": ["verified", "published", "copied", "listed"], "default": "verified"},
+            "files": {"type": "dict"},
             "sha256": {"type": "str"},
             "src": {"type": "path"},
             "remove_invalid": {"type": "bool", "default": True},
             "fail_invalid": {"type": "bool", "default": False},
         },
-        required_if=[("state", "published", ("src", "sha256")), ("state", "copied", ("src", "sha256"))],
+        required_if=[("state", "published", ("src", "sha256")), ("state", "copied", ("src", "sha256")),
+                     ("state", "listed", ("files",))],
         supports_check_mode=True,
     )
     p = module.params
@@ -171,6 +244,13 @@ def main() -> None:
                 module.exit_json(changed=True)
             copy_verified(p["src"], p["path"], p["sha256"])
             module.exit_json(changed=True, sha256=p["sha256"].lower(), path=p["path"])
+        if p["state"] == "listed":  # read-only: check mode judges the folder too
+            problems = listed(p["path"], p["files"])
+            if problems:
+                more = f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
+                module.fail_json(msg=f"{p['path']}: not exactly the listed files, each with its sha256: "
+                                     + "; ".join(problems[:10]) + more, problems=problems)
+            module.exit_json(changed=False, path=p["path"])
         result = verify(p["path"], p["sha256"])
     except (ValueError, OSError) as exc:
         module.fail_json(msg=str(exc))

@@ -5,23 +5,30 @@ machine's proxy: the CA bundle and the wheelhouse of hosts.yaml). Then two bare 
 `--internal` (no route out), reached only through a bastion, converge from the bundle alone to a passing allreduce
 (hvd_verify's post-flight), with an empty controller cache: apt reads the bundle's local repository only, pip runs
 with --no-index. The bundle is signed (`bundle --sign`) and hosts.yaml names its signer (network.bundle_signers).
-A bundle with one file removed fails at once naming that file and its role; an unpinned bundle, and one whose packed
-env has a byte changed (its .sha256 made again), are refused before any node or the controller cache is touched;
-`bundle --verify` catches a flipped byte.
+A bundle with one file removed fails at once naming that file and its role; an unpinned bundle, one whose packed
+env has a byte changed (its .sha256 made again), and one holding files its manifest does not list (a wheel, an sdist
+whose build backend would run as root, a conda package) are refused before any node or the controller cache is
+touched; `bundle --verify` catches a flipped byte; a listed file changed after the controller's check is refused by
+the node that would build from it (hvd_pyenv's offer, run by hand).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import os
 import re
 import subprocess
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from hvdcluster import inventory
 from tests.cluster.conftest import Cli, run_events, share_the_cores, task_outcomes
+from tests.conftest import BIN, ROOT
 from tests.lab import Gapped, Lab, docker
 
 pytestmark = pytest.mark.containers
@@ -150,6 +157,94 @@ def test_an_unpinned_or_poisoned_bundle_is_refused_before_any_node_is_contacted(
     assert not (gapped / "inventories").exists()  # the check comes before any node is contacted
     for node in NODES:
         assert in_node(node, "test -e /etc/apt/apt.conf.d/01hvdcluster-bundle").returncode == 1
+
+
+SENTINEL = "/tmp/hvd-unlisted-backend-ran"  # what the planted sdist's build backend writes wherever it runs
+
+
+def evil_sdist() -> bytes:
+    """An sdist whose in-tree PEP 517 backend writes SENTINEL as soon as pip imports it (to resolve or build it)."""
+    members = {
+        "evil-1.0/PKG-INFO": "Metadata-Version: 2.1\nName: evil\nVersion: 1.0\n",
+        "evil-1.0/pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n',
+        "evil-1.0/backend.py": f"import pathlib\npathlib.Path({SENTINEL!r}).write_text('ran')\n",
+    }
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        for name, text in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(text.encode())
+            tar.addfile(info, io.BytesIO(text.encode()))
+    return out.getvalue()
+
+
+def test_files_the_manifest_does_not_list_stop_up_naming_each_before_any_node_is_contacted(
+        installed: Path, made: dict, gapped: Path, tmp_path: Path) -> None:
+    """A signed bundle with files added beside its manifest's: a wheel, an sdist whose build backend would run as root
+    on the builder, a conda package. `up` names each and stops before the inventory or any node; nothing ran."""
+    copy, cache = tmp_path / "planted", tmp_path / "cache"
+    subprocess.run(["cp", "-al", str(made["dir"]), str(copy)], check=True)  # the signed manifest kept as it is
+    planted = {"pypi/evil-1.0-py3-none-any.whl": b"PK\x05\x06" + bytes(18), "pypi/evil-1.0.tar.gz": evil_sdist(),
+               "conda/noarch/evil-1.0-0.conda": b"PK\x05\x06" + bytes(18)}
+    for rel, data in planted.items():
+        (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+        (copy / rel).write_bytes(data)
+    proc = Cli(installed, gapped)("up", "hosts.yaml", "--bundle", str(copy), env={"HVDCLUSTER_CACHE": str(cache)})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert f"{copy}: holds 3 file(s) its manifest does not list" in proc.stderr, proc.stderr
+    assert all(rel in proc.stderr for rel in planted), proc.stderr
+    assert not (gapped / "inventories").exists()  # no inventory, no run folder, no log: no node was contacted
+    assert not cache.exists() or not any(cache.iterdir()), sorted(cache.rglob("*"))
+    assert not Path(SENTINEL).exists()
+    for node in NODES:
+        assert in_node(node, "test -e /etc/apt/apt.conf.d/01hvdcluster-bundle").returncode == 1
+        assert in_node(node, f"test -e {SENTINEL}").returncode == 1
+    verify = made["cli"]("bundle", "--verify", str(copy))
+    assert verify.returncode == 1 and all(f"{copy / rel}: not in the manifest" in verify.stdout for rel in planted)
+
+
+def test_a_listed_file_changed_after_the_controllers_check_is_refused_by_the_node_before_use(
+        installed: Path, made: dict, gapped: Path, tmp_path: Path) -> None:
+    """hvd_pyenv's offer run by hand on node1, as the builder runs it: the inventory `hvdcluster inventory` rendered
+    from the checked bundle hands it the manifest's files, then one of them is changed on the controller: node1 hashes
+    what it received and refuses it, naming it; the same file restored passes."""
+    copy = tmp_path / "swapped"
+    subprocess.run(["cp", "-al", str(made["dir"]), str(copy)], check=True)
+    hosts = gapped / "hosts-swapped.yaml"
+    hosts.write_text((gapped / "hosts.yaml").read_text().replace(json.dumps(str(made["dir"])), json.dumps(str(copy))))
+    assert json.dumps(str(copy)) in hosts.read_text()
+    out = tmp_path / "inv"
+    proc = Cli(installed, gapped)("inventory", hosts.name, "-o", str(out), env={"HVDCLUSTER_CACHE": str(tmp_path / "c")})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    listed = inventory.read(out / NAME).vars["hvd_pyenv_bundle_files"]
+    assert {f["path"].split("/")[0] for f in listed} >= {"pypi", "wheelhouse"}, listed
+    [small] = sorted((f for f in listed if f["path"].startswith("pypi/")), key=lambda f: (copy / f["path"]).stat().st_size)[:1]
+    victim = copy / small["path"]
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    victim.unlink()  # break the hard link before writing: the original stays intact
+    victim.write_bytes(bytes(data))
+    (tmp_path / "files.json").write_text(json.dumps({"hvd_pyenv_bundle_files": [small]}))
+    book = tmp_path / "offer.yml"
+    book.write_text(json.dumps([{"hosts": "node1", "gather_facts": False, "tasks": [
+        {"name": "Make a private work folder for this check", "register": "__hvd_pyenv_work",
+         "hvd.cluster.hvd_workdir": {"name": "offer-check", "clean": True}},
+        {"block": [{"ansible.builtin.include_role": {"name": "hvd.cluster.hvd_pyenv", "tasks_from": "offer"}}],
+         "always": [{"ansible.builtin.file": {"path": "{{ __hvd_pyenv_work.path }}", "state": "absent"}}]}]}]))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"}  # a failure's message on one line
+    argv = [str(BIN / "ansible-playbook"), "-i", str(out / NAME), str(book), "-e", f"@{tmp_path / 'files.json'}"]
+    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
+    name = small["path"].split("/", 1)[1]
+    assert proc.returncode != 0, proc.stdout[-4000:]
+    assert f"/wheels/{name}: sha256 {hashlib.sha256(data).hexdigest()}, expected {small['sha256']}" in proc.stdout, \
+        proc.stdout[-4000:]
+    victim.unlink()
+    os.link(made["dir"] / small["path"], victim)  # the listed bytes again: accepted
+    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert in_node(NODES[0], "test -e /var/lib/hvdcluster/offer-check").returncode == 1
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .. import redact
 from ..compat import Plan, preflight_vars, sdist_sha256
 from ..spec import ClusterSpec
 from .ssh import PROXY_COMMAND_ARG, SSH_COMMON_ARGS
+from .yamlio import Expression
 
 HOST_VAR_DOC = """\
 # Per-host variables:
@@ -48,7 +50,9 @@ VAR_DOCS: dict[str, str] = {
     "channel folder); empty: the channels of stack.python / the environment file.",
     "hvd_base_bundle": "An offline bundle (hvdcluster bundle): apt installs from its repository only, pip with\n"
     "--no-index.",
-    "hvd_pyenv_index_wheels": "The bundle's locked distributions, offered to pip in the index's place.",
+    "hvd_pyenv_bundle_files": "The bundle's pypi/, wheelhouse/ and conda/ files as its checked manifest lists them\n"
+    "(src: the controller path, path: the manifest's, sha256): hvd_pyenv copies exactly these to the builder and\n"
+    "hashes them there again before anything uses them.",
     "hvd_base_bundle_sha256": "The pinned sha256 of the bundle's manifest.yaml (network.bundle_sha256).",
     "hvd_base_bundle_signers": "OpenSSH allowed-signers file for the bundle's signature (network.bundle_signers).",
     "hvd_stack": "The software stack: hosts.yaml's, completed by the resolver (`hvdcluster plan` says why).\n"
@@ -121,7 +125,7 @@ def group_vars(spec: ClusterSpec, plan: Plan | None = None) -> dict[str, dict[st
             else canonical(net.conda_channel),
             **(bundle_vars(net.bundle, net.bundle_sha256, net.bundle_signers) if net.bundle else {}),
         },
-        "stack.yml": {"hvd_stack": stack, **stack_vars(stack, plan.patches if plan else ()),
+        "stack.yml": {"hvd_stack": redact.redact_data(stack), **stack_vars(stack, plan.patches if plan else ()),
                       **(preflight_vars(stack) if plan else {}), **bundled_tarball(stack, net.bundle)},
     }
 
@@ -134,20 +138,30 @@ def canonical(path: str | None) -> str:
     return os.path.realpath(path) if path else ""
 
 
-def bundle_vars(folder: str, sha256: str | None = None, signers: str | None = None) -> dict[str, Any]:
+# The bundle's folders whose files hvd_pyenv is handed (hvd_pyenv_bundle_files).
+PYENV_FOLDERS = ("pypi", "wheelhouse", "conda")
+
+
+def bundle_vars(folder: str, sha256: str | None = None, signers: str | None = None,
+                manifest: dict[str, Any] | None = None) -> dict[str, Any]:
     """An offline bundle (network.bundle or ``up --bundle``): hvd_base installs from its apt repository only (pip
-    with --no-index), hvd_pyenv is offered its wheelhouse (as when it was made: part of the env's key) and its
-    locked distributions in the index's place; the cache entries it carries reach the controller cache in hvd_base."""
+    with --no-index); hvd_pyenv is handed the exact files of the bundle's pypi/ (its locked distributions, in the
+    index's place), wheelhouse/ (as when it was made: their names are part of the env's key) and conda/ (a conda env's
+    locked packages, indexed: the only channel), each with its sha256, from ``manifest`` (default: the one `up`'s
+    check authenticated for this folder in this run, bundle.trusted_manifest), never a folder to list; the cache
+    entries it carries reach the controller cache in hvd_base."""
+    from ..bundle import trusted_manifest
+
+    entries = (manifest or trusted_manifest(folder))["entries"]
     folder = canonical(folder)
-    wheelhouse = os.path.join(folder, "wheelhouse")
-    conda = os.path.join(folder, "conda")
     return {"hvd_base_bundle": folder,
             # what the bundle is trusted through, checked again by hvd_base (a hand-run playbook too)
             "hvd_base_bundle_sha256": sha256 or "", "hvd_base_bundle_signers": canonical(signers or ""),
-            "hvd_pyenv_wheelhouse": wheelhouse if os.path.isdir(wheelhouse) and os.listdir(wheelhouse) else "",
-            "hvd_pyenv_index_wheels": os.path.join(folder, "pypi"),
-            # a conda env's locked packages, indexed: the only channel
-            "hvd_pyenv_conda_channel": conda if os.path.isdir(conda) else ""}
+            # the bundle is the only source: no wheelhouse or channel folder besides its listed files
+            "hvd_pyenv_wheelhouse": "", "hvd_pyenv_conda_channel": "",
+            "hvd_pyenv_bundle_files": [{"src": os.path.join(folder, entry["path"]), "path": entry["path"],
+                                        "sha256": entry["sha256"]}
+                                       for entry in entries if entry["path"].split("/", 1)[0] in PYENV_FOLDERS]}
 
 
 def bundled_tarball(stack: dict[str, Any], folder: str | None) -> dict[str, Any]:
@@ -201,6 +215,8 @@ def stack_vars(stack: dict[str, Any], patches: tuple[str, ...] = ()) -> dict[str
             value = value.get(key) if isinstance(value, dict) else None
         if value is not None:
             out[var] = value
+        if var == "hvd_openmpi_url" and redact.openmpi_url(stack):  # named, never held (hvdcluster.redact)
+            out[var] = Expression(f"{{{{ lookup('ansible.builtin.env', '{redact.OPENMPI_URL_ENV}') }}}}")
         if var == "hvd_horovod_version" and value is not None:
             out["hvd_horovod_sdist_sha256"] = sdist_sha256(str(value))
     if patches:
@@ -215,6 +231,10 @@ def stack_vars(stack: dict[str, Any], patches: tuple[str, ...] = ()) -> dict[str
 
 
 VAR_DOCS.update({var: f"= hvd_stack.{'.'.join(path)}" for path, var in STACK_VARS.items()})
+VAR_DOCS["hvd_openmpi_url"] = (
+    "= hvd_stack.mpi.url. One carrying credentials (a user, a token in its query) is not written here: it is read\n"
+    f"from the environment variable {redact.OPENMPI_URL_ENV}, which `hvdcluster up` sets from hosts.yaml (export it "
+    "to run\nthe playbook by hand).")
 VAR_DOCS["hvd_gpu"] = "= hvd_stack.gpu: false turns the GPU roles (driver, CUDA, cuDNN, NCCL) off."
 VAR_DOCS["hvd_horovod_patches"] = "Horovod patches the resolver chose for this stack."
 VAR_DOCS["hvd_horovod_sdist_sha256"] = (
