@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
+from .redact import redact_text
 from .runner import Event
 
 WAITING = "waiting-for-ssh"
@@ -96,16 +97,17 @@ def printable(text: Any, *, newlines: bool = True) -> str:
 
 
 class PrintableStream(io.TextIOBase):
-    """A text stream that passes everything written to it through :func:`printable`: the CLI's stdout and stderr
-    (``hvdcluster.cli.main``), so no string a node, a bundle or a file supplied reaches the terminal as a control
-    sequence, whichever path prints it. :attr:`raw` is the stream below, for the console's own cursor movements."""
+    """A text stream that passes everything written to it through :func:`printable` (and the credentials of URLs
+    through :func:`hvdcluster.redact.redact_text`): the CLI's stdout and stderr (``hvdcluster.cli.main``), so no string a
+    node, a bundle or a file supplied reaches the terminal as a control sequence, and no URL's secret is shown,
+    whichever path prints it. :attr:`raw` is the stream below, for the console's own cursor movements."""
 
     def __init__(self, raw: IO[str]) -> None:
         super().__init__()
         self.raw = raw
 
     def write(self, text: str) -> int:
-        self.raw.write(printable(text))
+        self.raw.write(printable(redact_text(text)))
         return len(text)
 
     def flush(self) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import paths
+from . import paths, redact
 from .errors import HvdError
 
 Event = dict[str, Any]
@@ -100,7 +100,8 @@ _URL_CREDENTIALS = re.compile(r"://[^/@\s]+@")
 
 def scrub_artifacts(artifacts: Path) -> None:
     """Redact secrets from the environment ansible-runner records with a run (artifacts/<id>/command): values of
-    variables named like secrets or proxies, and any value carrying credentials in a URL."""
+    variables named like secrets or proxies, the Open MPI URL's, any value carrying credentials in a URL, and a URL's
+    query values (hvdcluster.redact)."""
     record = artifacts / "command"
     try:
         data = json.loads(record.read_text())
@@ -110,8 +111,11 @@ def scrub_artifacts(artifacts: Path) -> None:
     if not isinstance(env, dict):
         return
     for name, value in env.items():
-        if isinstance(value, str) and (_SECRET_NAME.search(name) or _URL_CREDENTIALS.search(value)):
-            env[name] = "<redacted>"
+        if isinstance(value, str) and (_SECRET_NAME.search(name) or _URL_CREDENTIALS.search(value)
+                                       or name == redact.OPENMPI_URL_ENV):
+            env[name] = redact.REDACTED
+        elif isinstance(value, str):
+            env[name] = redact.redact_text(value)  # a token in a URL's query
     record.write_text(json.dumps(data))
 
 
@@ -133,8 +137,10 @@ def run_playbook(
     diff: bool = False,
     extravars: dict[str, Any] | None = None,
     on_event: Callable[[Event], None] | None = None,
+    env: dict[str, str] | None = None,
 ) -> RunResult:
-    """Run ``playbooks/<playbook>`` against ``inventory_dir``; logs go to ``inventory_dir/runs``."""
+    """Run ``playbooks/<playbook>`` against ``inventory_dir``; logs go to ``inventory_dir/runs`` (0700). ``env``:
+    variables the run gets besides hvdcluster's own (a secret the inventory names but does not hold)."""
     import ansible_runner  # heavy import: only when a run is made
 
     args: list[str] = []
@@ -148,13 +154,17 @@ def run_playbook(
         args.append("--diff")
 
     private = (inventory_dir / "runs").resolve()
-    private.mkdir(parents=True, exist_ok=True)
+    private.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(private, 0o700)  # the logs of every run: what a task printed, the nodes' answers
     # ansible-runner reads env/cmdline, env/extravars ... of an earlier run when a run passes none: an old
     # --limit or --verify would stick. Nothing is written there (suppress_env_files) and leftovers go.
     for stale in STALE_ENV_FILES:
         (private / "env" / stale).unlink(missing_ok=True)
     ident = run_id(playbook)
-    envvars = run_environment()
+    envvars = {**run_environment(), **(env or {})}
+    from .inventory.hostkeys import first_use_hosts, trusted_on_first_use  # noqa: PLC0415 - inventory is heavier
+
+    first_use = first_use_hosts(inventory_dir)  # nodes whose key no pin and no earlier run vouches for
 
     def handler(event: Event) -> bool:
         if on_event is not None:
@@ -173,6 +183,9 @@ def run_playbook(
                     signal.signal(sig, previous)
     artifacts = Path(result.config.artifact_dir)
     scrub_artifacts(artifacts)
+    # Every command that learns a node's key says so, bastion or not, with the line that pins it in hosts.yaml.
+    for n, line in enumerate(trusted_on_first_use(inventory_dir, first_use)):
+        print(f"hvdcluster: {line}" if n == 0 else line, file=sys.stderr)
     return RunResult(rc=result.rc, status=result.status, log=artifacts / "stdout", artifacts=artifacts)
 
 

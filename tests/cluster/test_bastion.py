@@ -155,7 +155,7 @@ def test_pinned_node_keys_are_checked_from_the_first_contact_through_the_bastion
     cluster = spec.load(site / name)
     assert [h.host_keys for h in cluster.hosts] == [(_node_key(NODES[0]),), (_node_key(NODES[1]),)]
     root = site / "inventories" / f"{NAME}pin"
-    assert inventory.first_use_hosts(cluster, root) == []
+    assert inventory.first_use_hosts(root) == []
     proc = Cli(installed, site)("plan", name, "--probe", "--json",
                                 env={"ANSIBLE_SSH_CONTROL_PATH_DIR": str(site / "cp-pinned")})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -178,17 +178,15 @@ def test_a_pinned_node_showing_another_key_is_refused_by_name(installed: Path, s
 
 def test_nodes_reached_through_the_bastion_without_pins_are_named_as_trusted_on_first_use(installed: Path,
                                                                                          site: Path) -> None:
-    """What `up` prints after a run through a bastion (inventory.trusted_on_first_use): the nodes whose key that run
-    accepted on first use, here after `plan --probe` (the same first contact)."""
-    from hvdcluster import inventory, spec
+    """What every command that learns a node's key prints (here `plan --probe`, through the bastion): the nodes whose
+    key that run accepted on first use, each with the `host_key:` line that pins it in hosts.yaml, the key each node
+    really has."""
+    from hvdcluster import inventory
 
     name = _hosts_file(site, f"{NAME}tofu", "tofu.yaml")
-    cluster = spec.load(site / name)
-    root = site / "inventories" / f"{NAME}tofu"
-    before = inventory.first_use_hosts(cluster, root)
-    assert before == ["node1", "node2"]
     proc = Cli(installed, site)("plan", name, "--probe", env={"ANSIBLE_SSH_CONTROL_PATH_DIR": str(site / "cp-tofu")})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    line = inventory.trusted_on_first_use(cluster, root, before)
-    assert line.startswith("trusted on first use (no pinned host key): node1, node2 "), line
-    assert inventory.first_use_hosts(cluster, root) == []  # the next run trusts nothing new
+    assert "hvdcluster: trusted on first use (no pinned host key): node1, node2: " in proc.stderr, proc.stderr[-3000:]
+    for node, address in (("node1", NODES[0]), ("node2", NODES[1])):
+        assert f"  {node}: host_key: {_node_key(address)}\n" in proc.stderr, proc.stderr[-3000:]
+    assert inventory.first_use_hosts(site / "inventories" / f"{NAME}tofu") == []  # the next run trusts nothing new

@@ -1,12 +1,13 @@
-"""Open MPI built from source, for real: Debian's unchanged upstream tarball (tests/debsrc.py) fed to hvd_openmpi as
-a controller path with its sha256, built once on one node, cached on the controller, carried node to node and
-installed on both nodes of a 2-node cluster (a non-root sudo user); Horovod built against it, a 4-rank allreduce
-under `horovodrun --mpi`, a second `up` that changes nothing, and a removed `mpirun` link named by `check` and
-repaired by `up`.
+"""Open MPI built from source, for real: Debian's unchanged upstream tarball (tests/debsrc.py) fed to hvd_openmpi from
+a URL that carries credentials (a user and password, a token in its query; served by this machine on the lab's own
+network, refusing any request without both), with its sha256; built once on one node, cached on the controller,
+carried node to node and installed on both nodes of a 2-node cluster (a non-root sudo user); Horovod built against it,
+a 4-rank allreduce under `horovodrun --mpi`, a second `up` that changes nothing, and a removed `mpirun` link named by
+`check` and repaired by `up`. Neither secret appears in anything hvdcluster printed or the controller keeps.
 
-The packed build is cached in the controller cache (HVDCLUSTER_CACHE, by default ~/.cache/hvdcluster), keyed by
-what affects it: a rerun builds nothing and takes only the install. The cold build time and the up times are
-written to the lab's folder (timings.json) and printed (pytest -s).
+The suite has a controller cache of its own, empty when it starts: Open MPI (and Horovod against it) compile in every
+run of the tier, never taken from an earlier run's cache. The cold build time and the up times are written to the
+lab's folder (timings.json) and printed (pytest -s).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import sha25
 
 from tests.cluster.conftest import SUDO_USER, Cli, changed_tasks, run_events, share_the_cores, task_outcomes
 from tests.debsrc import orig_tarball
-from tests.lab import Lab
+from tests.lab import Lab, docker
 
 pytestmark = pytest.mark.containers
 
@@ -34,16 +35,64 @@ CACHED = "Verify the cached artifact (a corrupt or truncated one is removed and 
 TIMES: dict[str, float] = {}
 
 
+USER, PASSWORD, TOKEN = "builder", "hunter2-oms", "SECRET-oms-42"
+SECRETS = (PASSWORD, TOKEN)
+
+
+class _Served:
+    """The tarball over HTTP on this machine, for the lab's nodes only: Basic authentication with USER/PASSWORD and
+    ``token=TOKEN`` in the query, or 401/403. ``hits``: the paths it served."""
+
+    def __init__(self, tarball: Path, address: str) -> None:
+        import base64
+        import http.server
+        import threading
+
+        want = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+        self.hits: list[str] = []
+        served = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                if self.headers.get("Authorization") != want:
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", 'Basic realm="mirror"')
+                    self.end_headers()
+                    return
+                if not self.path.endswith(f"/{tarball.name}?token={TOKEN}"):
+                    self.send_error(403)
+                    return
+                data = tarball.read_bytes()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                served.hits.append(self.path.split("?", 1)[0])
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer((address, 0), Handler)
+        self.url = (f"http://{USER}:{PASSWORD}@{address}:{self.server.server_address[1]}/mirror/{tarball.name}"
+                    f"?token={TOKEN}")
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
 @pytest.fixture(scope="module")
 def lab(node_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
     tarball = Path(orig_tarball("openmpi"))
     assert tarball.name == f"openmpi_{VERSION}.orig.tar.xz", tarball
-    stack = {"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]},
-             "mpi": {"source": "source", "version": VERSION, "url": str(tarball), "sha256": sha256_of(tarball)}}
-    lab = Lab(NAME, 2, tmp_path_factory.mktemp(NAME), slots=2, stack=stack, user=SUDO_USER)
+    lab = Lab(NAME, 2, tmp_path_factory.mktemp(NAME), slots=2, user=SUDO_USER)
     lab.up()
     share_the_cores(lab)
+    gateway = docker("network", "inspect", lab.docker_network, "-f", "{{(index .IPAM.Config 0).Gateway}}").strip()
+    lab.served = _Served(tarball, gateway)  # type: ignore[attr-defined]
+    lab.stack = {"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]},
+                 "mpi": {"source": "source", "version": VERSION, "url": lab.served.url,  # type: ignore[attr-defined]
+                         "sha256": sha256_of(tarball)}}
+    lab.write_hosts_yaml()
     yield lab
+    lab.served.server.shutdown()  # type: ignore[attr-defined]
     (lab.workdir / "timings.json").write_text(json.dumps(TIMES, indent=1) + "\n")
     print(f"\nopenmpi-from-source timings: {json.dumps(TIMES)}")
     lab.down()
@@ -67,12 +116,13 @@ def _task_seconds(log: str, task: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def converged(installed: Path, lab: Lab) -> tuple[Cli, dict]:
-    cli = Cli(installed, lab.workdir)
+def converged(installed: Path, lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> tuple[Cli, dict, str]:
+    """The first up, from an empty controller cache of the suite's own: (cli, its summary, all it printed)."""
+    cli = Cli(installed, lab.workdir, cache=tmp_path_factory.mktemp("oms-cache"))
     rc, doc, err = _timed_up(cli, "first_up_s")
     assert rc == 0, err[-6000:]
     TIMES["compile_s"] = round(_task_seconds(doc["log"], COMPILE), 1)
-    return cli, doc
+    return cli, doc, json.dumps(doc) + err
 
 
 def _hosts_ok(log: str, task: str) -> set[str]:
@@ -80,17 +130,36 @@ def _hosts_ok(log: str, task: str) -> set[str]:
             if e.get("event") == "runner_on_ok" and e["event_data"].get("task") == task}
 
 
-def test_open_mpi_is_built_at_most_once_and_installed_from_the_same_archive_on_every_node(converged) -> None:
-    _, doc = converged
+def test_open_mpi_is_built_once_from_an_empty_cache_and_installed_from_the_same_archive_on_every_node(
+        converged, lab: Lab) -> None:
+    _, doc, _ = converged
     log = doc["log"]
     cache_hit = [e["event_data"]["res"].get("valid") for e in run_events(log)
                  if e.get("event") == "runner_on_ok" and e["event_data"].get("task") == CACHED
                  and "/openmpi/" in str(e["event_data"]["res"].get("path"))]
-    assert len(cache_hit) == 1, cache_hit  # run once, on the controller
-    built_on = _hosts_ok(log, COMPILE)
-    # a cold cache: exactly one node compiled; a warm one: none did
-    assert built_on == (set() if cache_hit[0] else {"node1"}), (cache_hit, built_on)
+    assert cache_hit == [False], cache_hit  # looked for once, on the controller, in the suite's empty cache
+    assert _hosts_ok(log, COMPILE) == {"node1"}  # exactly one node compiled
+    assert lab.served.hits == [f"/mirror/openmpi_{VERSION}.orig.tar.xz"]  # type: ignore[attr-defined]  # fetched once
     assert all(UNPACK in changed_tasks(log, node) for node in ("node1", "node2"))
+
+
+def test_the_urls_secrets_appear_in_nothing_printed_or_kept(converged, lab: Lab) -> None:
+    """The user's password and the token: not in what `up` printed (its --json and its stderr), `plan`'s output,
+    the inventory, the run logs (runs/, 0700) or the controller cache; the inventory names the URL's environment
+    variable instead."""
+    cli, doc, printed = converged
+    plan = cli("plan", "hosts.yaml", "--json")
+    assert plan.returncode == 0 and f"{USER}:" not in plan.stdout and "<redacted>" in plan.stdout, plan.stdout
+    for text in (printed, plan.stdout, plan.stderr):
+        assert not any(secret in text for secret in SECRETS)
+    root = lab.workdir / "inventories" / NAME
+    assert (root / "runs").stat().st_mode & 0o777 == 0o700
+    kept = [path for folder in (lab.workdir, cli.cache) for path in folder.rglob("*")
+            if path.is_file() and path.name != "hosts.yaml"]
+    assert len(kept) > 50 and any("/runs/" in str(path) for path in kept)
+    leaked = [str(path) for path in kept if any(secret.encode() in path.read_bytes() for secret in SECRETS)]
+    assert leaked == []
+    assert "HVD_OPENMPI_URL" in (root / "group_vars" / "all" / "stack.yml").read_text()
 
 
 def test_a_non_interactive_ssh_command_finds_the_built_mpirun_on_every_node(converged, lab: Lab) -> None:
@@ -124,7 +193,7 @@ ALLREDUCE = ("import torch, horovod.torch as hvd; hvd.init(); "
 
 
 def test_four_ranks_allreduce_under_horovodrun_mpi(converged, lab: Lab) -> None:
-    cli, _ = converged
+    cli = converged[0]
     proc = cli("run", "hosts.yaml", "--mpi", "-np", "4", "--", "python", "-c", ALLREDUCE)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     printed = cli("run", "hosts.yaml", "--print", "--mpi", "-np", "4", "--", "python", "-c", "pass")
@@ -135,7 +204,7 @@ def test_four_ranks_allreduce_under_horovodrun_mpi(converged, lab: Lab) -> None:
 
 
 def test_a_second_up_changes_nothing(converged) -> None:
-    cli, _ = converged
+    cli = converged[0]
     rc, doc, err = _timed_up(cli, "second_up_s")
     assert rc == 0, err[-4000:]
     assert all(h["changed"] == 0 for h in doc["hosts"].values()), doc["hosts"]
@@ -147,14 +216,14 @@ def test_a_second_up_changes_nothing(converged) -> None:
 
 
 def test_check_mode_on_the_converged_cluster_changes_nothing(converged) -> None:
-    cli, _ = converged
+    cli = converged[0]
     rc, doc, err = _timed_up(cli, "check_mode_up_s", "--check")
     assert rc == 0, err[-4000:]
     assert all(h["changed"] == 0 for h in doc["hosts"].values()), doc["hosts"]
 
 
 def test_a_removed_mpirun_link_is_named_by_check_and_repaired_by_up(converged, lab: Lab) -> None:
-    cli, _ = converged
+    cli = converged[0]
     assert lab.exec(2, "rm", "/usr/local/bin/mpirun").returncode == 0
     proc = cli("check", "hosts.yaml", "--json")
     doc = json.loads(proc.stdout)

@@ -528,28 +528,29 @@ def test_pinned_nodes_get_exactly_their_keys_before_any_contact_and_strict_check
     assert shown == {"node1": "yes", "node2": "yes", "node3": "accept-new"}
 
 
-def test_trusted_on_first_use_names_the_nodes_a_run_through_the_bastion_trusted(
+def test_trusted_on_first_use_names_each_node_a_run_trusted_with_the_host_key_line_that_pins_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Bastion or not: the nodes whose key a run recorded on first contact are named, each with the ``host_key:`` line
+    to write under it in hosts.yaml; a node known before the run, pinned, or never reached is not."""
     cluster = _pinned_site(tmp_path, monkeypatch)
     root = inventory.render(cluster, tmp_path / "inventories")
-    before = inventory.first_use_hosts(cluster, root)
+    before = inventory.first_use_hosts(root)
     assert before == ["node3"]
     with (root / "ssh" / "known_hosts").open("a") as known:  # what ssh's accept-new does during the run
         known.write(f"10.0.0.3 {LEARNT_KEY}\n")
-    assert inventory.trusted_on_first_use(cluster, root, before) == ""  # no bastion: nothing to say by default
-    line = inventory.trusted_on_first_use(cluster, root, before, bastion_only=False)
-    assert line.startswith("trusted on first use (no pinned host key): node3 ")
+    lines = inventory.trusted_on_first_use(root, before)
+    assert lines[0].startswith("trusted on first use (no pinned host key): node3: ") and "hosts.yaml" in lines[0]
+    assert lines[1:] == [f"  node3: host_key: {LEARNT_KEY}"]
+    assert inventory.trusted_on_first_use(root, []) == []  # known before the run: not trusted by this one
+    assert inventory.first_use_hosts(root) == []
     jump = spec.JumpSpec("bastion.example.org", 22, "ops", None, NODE_KEY)
     behind = dataclasses.replace(cluster, ssh=dataclasses.replace(cluster.ssh, proxy_jump=jump))
-    assert inventory.trusted_on_first_use(behind, root, before).startswith(
-        "trusted on first use (no pinned host key): node3 ")
-    assert inventory.trusted_on_first_use(behind, root, []) == ""  # known before the run: not trusted by this one
-    assert inventory.first_use_hosts(behind, root) == []
     unreached = dataclasses.replace(behind, hosts=(*behind.hosts, dataclasses.replace(
         behind.hosts[2], name="node4", address="10.0.0.4")))
-    assert inventory.first_use_hosts(unreached, root) == ["node4"]
-    assert inventory.trusted_on_first_use(unreached, root, ["node4"]) == ""  # never reached: not trusted either
+    root = inventory.render(unreached, tmp_path / "inventories")
+    assert inventory.first_use_hosts(root) == ["node4"]
+    assert inventory.trusted_on_first_use(root, ["node4"]) == []  # never reached: not trusted either
 
 
 def _fake_sshd(host_key_file: Path) -> int:
@@ -612,7 +613,7 @@ def test_ansible_refuses_a_pinned_node_showing_another_key_and_trusts_an_unpinne
         f"  - {{name: fresh, address: 127.0.0.1, port: {fresh}, fabric_address: 10.9.0.3}}\n")
     cluster = spec.load("hosts.yaml")
     root = inventory.render(cluster, tmp_path / "inventories")
-    assert inventory.first_use_hosts(cluster, root) == ["fresh"]
+    assert inventory.first_use_hosts(root) == ["fresh"]
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "ansible"), "all", "-i", str(root), "-m", "ansible.builtin.ping"],
         capture_output=True, text=True, timeout=120,
@@ -630,8 +631,8 @@ def test_ansible_refuses_a_pinned_node_showing_another_key_and_trusts_an_unpinne
 
     assert recorded(fresh) == {keys["other"]}  # recorded on first contact (accept-new)
     assert recorded(good) == recorded(impostor) == {keys["pinned"]}  # the impostor's key was never learnt
-    assert inventory.trusted_on_first_use(cluster, root, ["fresh"], bastion_only=False).startswith(
-        "trusted on first use (no pinned host key): fresh ")
+    assert inventory.trusted_on_first_use(root, ["fresh"])[0].startswith(
+        "trusted on first use (no pinned host key): fresh: ")
     # The summary names the node and says its pin refused the key.
     message = json.JSONDecoder().raw_decode(blocks["impostor"].split("=>", 1)[1].strip())[0]["msg"]
     tracker = Tracker.for_hosts(["good", "impostor", "fresh"], pinned=inventory.pinned_hosts(cluster))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import HvdError
 from ..spec import ClusterSpec, host_matches, known_hosts_name
 from .yamlio import _write
 
@@ -64,35 +65,48 @@ def write_pins(spec: ClusterSpec, ssh_dir: Path) -> None:
     _write(path, "".join(f"{line}\n" for line in lines), private=True)
 
 
-def _known(path: Path, name: str) -> bool:
-    """Whether the known_hosts file ``path`` holds a key for ``name`` (ssh would not trust a new one on first use)."""
+def _keys(path: Path, name: str) -> list[str]:
+    """The keys (``<type> <base64>``) the known_hosts file ``path`` holds for ``name`` (ssh would not trust a new one
+    on first use where there is one)."""
+    found = []
     for line in _known_lines(path):
         fields = line.split()
         if len(fields) >= 3 and not fields[0].startswith(("#", "@")) and host_matches(fields[0], name):
-            return True
-    return False
+            found.append(f"{fields[1]} {fields[2]}")
+    return found
 
 
-def first_use_hosts(spec: ClusterSpec, root: Path) -> list[str]:
-    """The nodes whose next contact trusts whatever key they show: no pin in hosts.yaml, and no key recorded in the
-    inventory's ssh/known_hosts yet. Ask after rendering and before the run (see :func:`trusted_on_first_use`)."""
+def _nodes(root: Path) -> dict[str, tuple[str, bool]]:
+    """The rendered inventory's nodes: name -> (their known_hosts name, whether their keys are pinned)."""
+    from .files import read  # noqa: PLC0415 - files imports this module
+
+    try:
+        hosts = read(root).hosts
+    except HvdError:
+        return {}
+    return {name: (known_hosts_name(str(v.get("ansible_host") or name), int(v.get("ansible_port") or 22)),
+                   bool(v.get("hvd_host_keys"))) for name, v in hosts.items()}
+
+
+def first_use_hosts(root: Path) -> list[str]:
+    """The nodes of the inventory at ``root`` whose next contact trusts whatever key they show: no pin in hosts.yaml
+    (hvd_host_keys), and no key recorded in its ssh/known_hosts yet. Asked before a run (see
+    :func:`trusted_on_first_use`)."""
     path = root / "ssh" / KNOWN_HOSTS
-    return [h.name for h in spec.hosts if not h.host_keys and not _known(path, known_hosts_name(h.address, h.port))]
+    return [name for name, (known, pinned) in _nodes(root).items() if not pinned and not _keys(path, known)]
 
 
-def trusted_on_first_use(spec: ClusterSpec, root: Path, unknown_before: list[str] | tuple[str, ...],
-                         *, bastion_only: bool = True) -> str:
-    """The line to print after a run that reached nodes through a bastion (ssh.proxy_jump) without pinned keys:
-    "trusted on first use (no pinned host key): node1, node2" naming those of ``unknown_before`` (from
-    :func:`first_use_hosts`, asked before the run) whose key the run recorded; "" when there are none, or without a
-    bastion unless ``bastion_only`` is False."""
-    if bastion_only and spec.ssh.proxy_jump is None:
-        return ""
+def trusted_on_first_use(root: Path, unknown_before: list[str] | tuple[str, ...]) -> list[str]:
+    """What to print after a run (any command that reached nodes, behind a bastion or not) that recorded the key of a
+    node of ``unknown_before`` (:func:`first_use_hosts`, asked before it): a line naming them, then for each the
+    ``host_key:`` line to write under that host in hosts.yaml; [] when there are none."""
     path = root / "ssh" / KNOWN_HOSTS
-    by_name = {h.name: h for h in spec.hosts}
-    trusted = [name for name in unknown_before if name in by_name and not by_name[name].host_keys
-               and _known(path, known_hosts_name(by_name[name].address, by_name[name].port))]
-    if not trusted:
-        return ""
-    return (f"trusted on first use (no pinned host key): {', '.join(trusted)} (their keys are now recorded in "
-            f"{path}; pin them with hosts[].host_key or ssh.known_hosts in hosts.yaml to check them from the start)")
+    nodes = _nodes(root)
+    learned = {name: keys for name in unknown_before if name in nodes and not nodes[name][1]
+               and (keys := _keys(path, nodes[name][0]))}
+    if not learned:
+        return []
+    lines = [f"trusted on first use (no pinned host key): {', '.join(learned)}: their keys are recorded in {path}; "
+             "to check them from the start, pin each in hosts.yaml (hosts[].host_key, or ssh.known_hosts):"]
+    lines += [f"  {name}: host_key: {key}" for name, keys in learned.items() for key in keys[:1]]
+    return lines

@@ -18,18 +18,25 @@ class Unsafe(str):
     """A string Ansible must never template: written as ``!unsafe '...'``."""
 
 
+class Expression(str):
+    """One of hvdcluster's own Jinja expressions (never a value from hosts.yaml): written plain, so Ansible evaluates
+    it."""
+
+
 class _Dumper(yaml.SafeDumper):
     pass
 
 
 _Dumper.add_representer(Unsafe, lambda dumper, value: dumper.represent_scalar("!unsafe", str(value), style="'"))
+_Dumper.add_representer(Expression, lambda dumper, value: dumper.represent_scalar("tag:yaml.org,2002:str", str(value),
+                                                                                  style='"'))
 
 _BARE_WORD = re.compile(r"[A-Za-z0-9_.+-]*")  # no Jinja delimiter can be spelled with these
 
 
 def data_only(value: Any) -> Any:
     """``value`` with every string that is not a bare word marked :class:`Unsafe` (lists and dicts walked)."""
-    if isinstance(value, str) and not isinstance(value, Unsafe) and not _BARE_WORD.fullmatch(value):
+    if isinstance(value, str) and not isinstance(value, (Unsafe, Expression)) and not _BARE_WORD.fullmatch(value):
         return Unsafe(value)
     if isinstance(value, dict):
         return {key: data_only(item) for key, item in value.items()}
