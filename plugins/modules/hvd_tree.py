@@ -233,8 +233,9 @@ def _extract(src: str, new: str, sha256: str, run_command, between=None) -> None
 
         try:
             # --read-full-records: what tar does by itself for an archive on stdin (a pipe returns short reads).
+            # --no-same-owner: every file root's, whatever owners the archive names.
             code, dummy, message = run_command(
-                ["tar", "-C", new, *flags, "--read-full-records", "-xf", f"/dev/fd/{read_end}"],
+                ["tar", "-C", new, *flags, "--read-full-records", "--no-same-owner", "-xf", f"/dev/fd/{read_end}"],
                 pass_fds=[read_end], before_communicate_callback=started, expand_user_and_vars=False,
                 encoding=None, handle_exceptions=False)
         finally:
@@ -249,6 +250,19 @@ def _extract(src: str, new: str, sha256: str, run_command, between=None) -> None
                          "(removed)")
     if code != 0:
         raise ValueError(f"unpacking {src} failed: {message.decode(errors='replace').strip()[-500:]}")
+
+
+SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
+
+
+def drop_special_bits(root: str) -> None:
+    """No setuid, setgid or sticky bit anywhere in ``root`` (an env has no use for one: a bit an archive carried would
+    hand root to whoever runs that file), links left as they are."""
+    for folder, folders, files in os.walk(root):
+        for path in [folder] + [os.path.join(folder, name) for name in folders + files]:
+            info = os.lstat(path)
+            if not stat.S_ISLNK(info.st_mode) and info.st_mode & SPECIAL_BITS:
+                os.chmod(path, stat.S_IMODE(info.st_mode) & ~SPECIAL_BITS)
 
 
 def replace_in_place(path: str, new: str, marker: str, owner_marker: str) -> None:
@@ -286,9 +300,10 @@ def unpack(src: str, sha256: str, path: str, marker: str, marker_content: str, o
     make_folders(parent)
     clean_leftovers(path)
     new = os.path.join(parent, f".{base}.hvd-new-{secrets.token_hex(6)}")
-    os.mkdir(new, 0o755)
+    os.mkdir(new, 0o700)  # nobody else reaches what it holds until the archive's digest is verified
     try:
         _extract(src, new, sha256, run_command)
+        drop_special_bits(new)
         os.chmod(new, 0o755)
         if check_argv:
             argv = [arg.replace("{root}", new) for arg in check_argv]

@@ -12,6 +12,7 @@ import hashlib
 import json
 import locale
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -142,6 +143,133 @@ def test_artifact_module_removes_an_invalid_file_unless_in_check_mode(tmp_path: 
     assert failed["failed"] and "missing" in failed["msg"]
 
 
+def offered_folder(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A work folder holding exactly what an offline bundle offers a build, and its list (path -> sha256)."""
+    work = tmp_path / "work"
+    files = {"wheels/six-1.16.0-py2.py3-none-any.whl": b"six", "channel/noarch/repodata.json": b"{}",
+             "channel/linux-64/python-3.11.9-h0_0.conda": b"python"}
+    for rel, data in files.items():
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_bytes(data)
+    return work, {rel: sha(data) for rel, data in files.items()}
+
+
+def test_listed_passes_a_folder_holding_exactly_its_files_in_check_mode_too(tmp_path: Path) -> None:
+    work, files = offered_folder(tmp_path)
+    assert hvd_artifact.listed(str(work), files) == []
+    for check in (False, True):
+        result = run_module("hvd_artifact", {"state": "listed", "path": str(work), "files": files}, check=check)
+        assert not result.get("failed") and result["changed"] is False, result
+
+
+def test_listed_names_an_extra_file_a_changed_file_a_missing_file_and_symlinks(tmp_path: Path) -> None:
+    work, files = offered_folder(tmp_path)
+    (work / "wheels" / "evil-1.0.tar.gz").write_bytes(b"sdist")  # an extra file
+    (work / "wheels" / "six-1.16.0-py2.py3-none-any.whl").write_bytes(b"SIX")  # changed, same size
+    (work / "channel" / "noarch" / "repodata.json").unlink()
+    (work / "channel" / "noarch" / "repodata.json").symlink_to(tmp_path / "elsewhere.json")  # a link at a listed name
+    (tmp_path / "elsewhere.json").write_bytes(b"{}")  # with the listed bytes: a link is never followed
+    (work / "channel" / "linux-64" / "python-3.11.9-h0_0.conda").unlink()
+    (work / "channel" / "osx-64").symlink_to(tmp_path)  # a symlinked folder
+    result = run_module("hvd_artifact", {"state": "listed", "path": str(work), "files": files})
+    assert result["failed"] and result["msg"].startswith(f"{work}: not exactly the listed files"), result
+    assert sorted(result["problems"]) == sorted([
+        f"{work}/wheels/evil-1.0.tar.gz: not listed",
+        f"{work}/wheels/six-1.16.0-py2.py3-none-any.whl: sha256 {sha(b'SIX')}, expected {sha(b'six')}",
+        f"{work}/channel/noarch/repodata.json: a symlink (not followed)",
+        f"{work}/channel/linux-64/python-3.11.9-h0_0.conda: missing",
+        f"{work}/channel/osx-64: a symlink (not followed)",
+    ]), result["problems"]
+
+
+def test_listed_refuses_a_listed_path_that_leaves_the_folder(tmp_path: Path) -> None:
+    work, files = offered_folder(tmp_path)
+    problems = hvd_artifact.listed(str(work), {**files, "../outside": sha(b"x"), "wheels/./six": "0" * 64})
+    assert "'../outside': not a plain relative path below" in problems[0] and "'wheels/./six'" in problems[1]
+
+
+def offer(tmp_path: Path, bundle_files: list[dict], between: list | None = None) -> subprocess.CompletedProcess:
+    """hvd_pyenv's offer tasks (roles/hvd_pyenv/tasks/offer.yml) run here, as the builder runs them, into a work
+    folder of tmp_path; ``between``: tasks run first (a file changed after the controller's check)."""
+    book = tmp_path / "offer.yml"
+    book.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": [
+        *(between or []),
+        {"ansible.builtin.include_role": {"name": "hvd.cluster.hvd_pyenv", "tasks_from": "offer"},
+         "vars": {"hvd_pyenv_bundle_files": bundle_files, "__hvd_pyenv_work": {"path": str(tmp_path / "work")}}},
+    ]}]))
+    (tmp_path / "work").mkdir()
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"}  # a failure's message on one line
+    return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                           "-e", f"ansible_python_interpreter={sys.executable}", str(book)],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+
+
+def bundle_files(tmp_path: Path) -> list[dict]:
+    folder = tmp_path / "bundle"
+    files = {"pypi/six-1.16.0-py2.py3-none-any.whl": b"six", "wheelhouse/torch-2.13.0-cp311-none-any.whl": b"torch",
+             "conda/noarch/repodata.json": b"{}", "conda/linux-64/python-3.11.9-h0_0.conda": b"python"}
+    for rel, data in files.items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_bytes(data)
+    (folder / "pypi" / "evil-1.0.tar.gz").write_bytes(b"unlisted: never offered")
+    return [{"src": str(folder / rel), "path": rel, "sha256": sha(data)} for rel, data in files.items()]
+
+
+def test_the_builder_is_offered_exactly_the_bundles_listed_files_hashed_again_there(tmp_path: Path) -> None:
+    listed = bundle_files(tmp_path)
+    proc = offer(tmp_path, listed)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    work = tmp_path / "work"
+    assert sorted(str(p.relative_to(work)) for p in work.rglob("*") if p.is_file()) == [
+        "allowed-sha256.txt", "channel/linux-64/python-3.11.9-h0_0.conda", "channel/noarch/repodata.json", "lock.py",
+        "wheels/six-1.16.0-py2.py3-none-any.whl", "wheels/torch-2.13.0-cp311-none-any.whl"]
+    assert (work / "allowed-sha256.txt").read_text().split() == sorted(f["sha256"] for f in listed)
+
+
+def test_a_listed_file_changed_after_the_controllers_check_is_refused_on_the_builder(tmp_path: Path) -> None:
+    listed = bundle_files(tmp_path)
+    wheel = Path(listed[0]["src"])
+    swap = {"ansible.builtin.copy": {"dest": str(wheel), "content": "SIX", "mode": "0644"}}  # same size
+    proc = offer(tmp_path, listed, between=[swap])
+    assert proc.returncode != 0
+    assert f"{tmp_path}/work/wheels/six-1.16.0-py2.py3-none-any.whl: sha256 {sha(b'SIX')}, expected {sha(b'six')}" \
+        in proc.stdout, proc.stdout[-4000:]
+    assert not (tmp_path / "work" / "lock.py").exists()  # nothing after the check ran
+
+
+def test_the_env_keys_wheels_from_a_bundles_list_are_those_its_wheelhouse_folder_gave(tmp_path: Path) -> None:
+    """An env cached from a bundle made with a wheelhouse keeps its key: the key's `wheels` (hvd_pyenv's main.yml)
+    from hvd_pyenv_bundle_files' wheelhouse/ entries equals what listing that folder gave (the expression before)."""
+    import yaml
+
+    tasks = yaml.safe_load((ROOT / "roles" / "hvd_pyenv" / "tasks" / "main.yml").read_text())
+    [key] = [t for t in tasks if t["name"] == "Compute the environment key from everything that affects it"]
+    wheels = key["vars"]["__hvd_pyenv_inputs"]["wheels"]
+    before = "{{ (__hvd_pyenv_wheels.files | default([])) | map(attribute='path') | map('basename') | sort }}"
+    names = ["torch-2.13.0-cp311-cp311-linux_x86_64.whl", "apex-0.1.tar.gz", "z-1.0.zip"]
+    found = {"files": [{"path": f"/srv/bundle/wheelhouse/{n}"} for n in names]}
+    listed = [{"src": f"/srv/bundle/{top}/{n}", "path": f"{top}/{n}", "sha256": "0" * 64}
+              for top in ("wheelhouse", "pypi") for n in names[:2]] + [
+        {"src": "/srv/bundle/wheelhouse/z-1.0.zip", "path": "wheelhouse/z-1.0.zip", "sha256": "1" * 64},
+        {"src": "/srv/bundle/conda/noarch/x.conda", "path": "conda/noarch/x.conda", "sha256": "2" * 64}]
+    cases = {"before": (before, found, []), "folder": (wheels, found, []), "bundle": (wheels, {"skipped": True}, listed),
+             "none": (wheels, {"skipped": True}, [])}
+    book = tmp_path / "key.yml"
+    book.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": [
+        {"ansible.builtin.debug": {"msg": "KEY " + name + " {{ __w | to_json }}"},
+         "vars": {"__w": expr, "__hvd_pyenv_wheels": wheelhouse, "hvd_pyenv_bundle_files": files}}
+        for name, (expr, wheelhouse, files) in cases.items()]}]))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                           "-e", f"ansible_python_interpreter={sys.executable}", str(book)],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    said = dict(line.split("KEY ", 1)[1].rstrip('"').split(" ", 1) for line in proc.stdout.splitlines() if "KEY " in line)
+    assert said["before"] == said["folder"] == said["bundle"] == json.dumps(sorted(names)), said
+    assert said["none"] == "[]"
+
+
 # ------------------------------------------------------------------------------------------ hvd_tree
 
 
@@ -184,6 +312,37 @@ def test_unpack_installs_the_tree_with_its_marker_written_last(tmp_path: Path) -
     assert (prefix / "bin" / "tool").read_text() == "v1" and (prefix / ".hvd-env-key").read_text() == "k1\n"
     assert (prefix / ".hvdcluster").is_file()
     assert sorted(os.listdir(prefix.parent)) == ["env"]  # no sibling left behind
+
+
+def test_unpack_stages_in_a_private_folder_and_keeps_no_owner_or_setuid_bit_of_the_archive(tmp_path: Path) -> None:
+    """An archive whose files claim another owner and setuid/setgid bits: while tar runs, the staging folder is
+    0700 (no other user reaches a file before the digest is checked); installed, every file is root's (the test runs
+    as root, as the module does) and no special bit is left."""
+    src = tmp_path / "hostile"
+    (src / "bin").mkdir(parents=True)
+    (src / "bin" / "tool").write_text("#!/bin/sh\n")
+    (src / "bin" / "tool").chmod(0o6755)
+    (src / "shared").mkdir(mode=0o777)
+    (src / "shared").chmod(0o3777)
+    archive = tmp_path / "env.tar"
+    subprocess.run(["tar", "-C", str(src), "--owner=4242", "--group=4242", "-cf", str(archive), "."], check=True)
+    seen = []
+
+    def watching(argv, **kwargs):
+        if argv[0] == "tar":
+            staging = argv[argv.index("-C") + 1]
+            seen.append(stat.S_IMODE(os.stat(staging).st_mode))
+        return run_command(argv, **kwargs)
+
+    prefix = tmp_path / "env"
+    hvd_tree.unpack(str(archive), sha(archive.read_bytes()), str(prefix), marker_content="k1",
+                    **{**UNPACK, "run_command": watching})
+    assert seen == [0o700]
+    for path in (prefix / "bin" / "tool", prefix / "shared", prefix):
+        info = path.lstat()
+        assert info.st_uid == os.geteuid() and not info.st_mode & (stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX), path
+    assert stat.S_IMODE((prefix / "bin" / "tool").stat().st_mode) == 0o755
+    assert stat.S_IMODE(prefix.stat().st_mode) == 0o755
 
 
 def test_unpack_replaces_the_old_tree_only_once_the_new_one_is_good(tmp_path: Path) -> None:
@@ -461,6 +620,47 @@ def test_a_folder_entry_is_ready_once_it_holds_a_published_file(tmp_path: Path) 
     hvd_artifact.publish(str(part), str(entry / "horovod-0.28.1-cp311-linux_x86_64.whl"), sha(b"wheel"))
     assert hvd_lease.entry_ready(str(entry))
     assert hvd_lease.acquire(str(entry), "r", owner=ME)["lease"] == str(tmp_path / "horovod" / "k.lease")
+
+
+def _become(uid: int) -> None:
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+
+
+@root_only
+def test_a_stale_lease_of_another_user_is_never_reported_acquired_and_fails_naming_its_owner(tmp_path: Path) -> None:
+    """A cache two accounts share (a sticky 1777 folder): the lease of uid 12346 cannot be opened by uid 12345, so it
+    can be neither read nor replaced. Young, it is held (not acquired); stale, the run fails naming the lease, its
+    owner and how to remove it; released by another run, it stays. The lease is the same file at the end."""
+    import multiprocessing
+    import shutil
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(dir="/tmp"))  # tmp_path's parents are root's 0700: uid 12345 could not pass
+    try:
+        shared.chmod(0o1777)
+        entry, lease = shared / "env.tar.zst", shared / "env.tar.zst.lease"
+        lease.write_text(json.dumps({"run_id": "theirs", "pid": 1, "host": "elsewhere", "started_epoch": time.time()}))
+        lease.chmod(0o600)
+        os.chown(lease, 12346, 12346)
+        before = lease.stat()
+        with multiprocessing.get_context("fork").Pool(1, initializer=_become, initargs=(12345,)) as pool:
+            young = pool.apply(hvd_lease.acquire, (str(entry), "mine"), {"wait": False, "owner": ME})
+            assert not young["acquired"] and not young["changed"], young
+            os.utime(lease, (time.time() - 7200, time.time() - 7200))
+            with pytest.raises(hvd_lease.LeaseError) as failure:
+                pool.apply(hvd_lease.acquire, (str(entry), "mine"), {"stale_after": 60, "owner": ME})
+            released = pool.apply(hvd_lease.release, (str(entry), "mine"))
+        message = str(failure.value)
+        for part in (str(lease), "stale build lease of another user (uid 12346", "remove it as uid 12346 or root",
+                     f"rm {lease}"):
+            assert part in message, message
+        assert not released["released"] and "another user (uid 12346) holds it" in released["msg"], released
+        after = lease.stat()
+        assert (after.st_ino, after.st_uid) == (before.st_ino, 12346)
+    finally:
+        shutil.rmtree(shared)
 
 
 def _take(args: tuple[str, str, dict]) -> bool:
