@@ -58,6 +58,11 @@ def test_up_converges_every_node_and_every_node_reaches_every_other(first_up, la
     assert doc["ok"] and set(doc["hosts"]) == {"node1", "node2", "node3"}
     assert all(h["failed"] == 0 and h["unreachable"] == 0 for h in doc["hosts"].values())
     assert "[3/3] converge" in err and "HOST" in err
+    # No node's key is pinned: the first up names each, with the line that pins the key it really has.
+    assert "hvdcluster: trusted on first use (no pinned host key): node1, node2, node3: " in err, err[-3000:]
+    for i in (1, 2, 3):
+        key = " ".join(lab3.exec(i, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[:2])
+        assert f"\n  node{i}: host_key: {key}\n" in err, err[-3000:]
     # facts gathered once per node, by the pre-flight: no later play of the run gathers them again
     gathered = Counter(e["event_data"]["host"] for e in run_events(doc["log"]) if e.get("event") == "runner_on_ok"
                        and e["event_data"].get("task_action", "").rsplit(".", 1)[-1] in ("setup", "gather_facts"))
@@ -266,6 +271,30 @@ def test_drift_on_one_node_is_named_by_check_and_repaired_by_up_leaving_the_othe
     assert rc == 0 and doc["drifted"] == {}, doc
 
 
+def test_a_byte_flipped_in_an_env_library_is_named_by_check_deep_and_repaired_by_up_deep(hvd, lab3: Lab) -> None:
+    """Bit rot: one byte of a shared library in node2's env flipped, its size and modification time kept. A shallow
+    read cannot see it; `check --deep` names it, `up --deep` installs the env again and reads it back deep, and
+    `check --deep` then finds every node as installed."""
+    lib = lab3.exec(2, "sh", "-c", f"ls {SITE}/psutil/_psutil_linux*.so | head -1").stdout.strip()
+    assert lib, "no psutil extension in the env"
+    flip = (f"t=$(stat -c %y '{lib}') && python3 -c \"import sys; p = sys.argv[1]; f = open(p, 'r+b'); f.seek(4096); "
+            f"b = f.read(1); f.seek(4096); f.write(bytes([b[0] ^ 0xff]))\" '{lib}' && touch -d \"$t\" '{lib}'")
+    before = lab3.exec(2, "stat", "-c", "%s %Y", lib).stdout
+    assert lab3.exec(2, "sh", "-c", flip).returncode == 0
+    assert lab3.exec(2, "stat", "-c", "%s %Y", lib).stdout == before
+    rc, doc = hvd.check_json()
+    assert rc == 0, doc  # what a shallow read cannot see
+    rc, doc = hvd.check_json("--deep")
+    assert rc == 1 and list(doc["drifted"]) == ["node2"], doc
+    [files] = [d for d in doc["drifted"]["node2"] if d["item"] == "env.files"]
+    assert f"changed: {lib.removeprefix('/opt/hvd/env/')}" in files["found"] and files["role"] == "hvd_pyenv", files
+    rc, up, err = hvd.up_json("--deep")
+    assert rc == 0, err[-4000:]
+    assert up["fast_path"]["deep"] and up["converged"] == ["node2"], up.get("fast_path")
+    rc, doc = hvd.check_json("--deep")
+    assert rc == 0 and doc["drifted"] == {}, doc
+
+
 def test_the_drift_corpus_covers_every_kind_the_issue_names() -> None:
     kinds = sum(5 if kind == "env-module-pth-sitecustomize-byte-cache-pyvenv" else 1 for kind in DRIFTS)
     assert kinds >= 20 and "env-module-pth-sitecustomize-byte-cache-pyvenv" in DRIFTS
@@ -300,6 +329,90 @@ def test_what_no_role_repairs_is_named_by_check_and_by_up_and_never_recorded(hvd
     # the failed converges recorded no inputs: the next up converges every node, and records them again
     rc, up, err = hvd.up_json()
     assert rc == 0 and "fast_path" not in up and up["not_repaired"] == [], err[-3000:]
+
+
+HOME = f"/home/{SUDO_USER}"
+# What else a rank inherits or reads, beside the env (ARCHITECTURE.md, "Every node launches the same way"): one of each
+# kind on node2, (what is done, the item `check` names, the start of the line it names there). No role writes these
+# files: each is the operator's to put right (by hand).
+LAUNCH_DRIFTS = {
+    "pythonpath-for-ssh-sessions": ("echo PYTHONPATH=/srv/planted >> /etc/environment", "launch.env",
+                                    "/etc/environment: PYTHONPATH=/srv/planted"),
+    "linker-preload": ("ls /lib/*-linux-gnu/libm.so.6 | head -1 > /etc/ld.so.preload", "launch.ld",
+                       "/etc/ld.so.preload: /lib/"),  # a library every process has anyway: nothing breaks
+    "linker-search-path": ("echo /opt/planted/lib > /etc/ld.so.conf.d/zz-planted.conf", "launch.ld",
+                           "/etc/ld.so.conf.d/zz-planted.conf: /opt/planted/lib"),
+    # (Debian's file ends without a newline)
+    "openmpi-parameter": ("mkdir -p /etc/openmpi && printf '\\nmpi_yield_when_idle = 1\\n' >> "
+                          "/etc/openmpi/openmpi-mca-params.conf", "launch.mpi",
+                          "/etc/openmpi/openmpi-mca-params.conf: mpi_yield_when_idle = 1"),
+    "nccl-conf": ("echo NCCL_DEBUG=WARN > /etc/nccl.conf", "launch.nccl", "/etc/nccl.conf: NCCL_DEBUG=WARN"),
+    # node2's ssh sends node3 elsewhere, from a Host block before ours (our block itself is unchanged)
+    "ssh-host-block-before-ours": (f"f={HOME}/.ssh/config && {{ printf 'Host node3\\n    Port 2222\\n'; cat $f; }} "
+                                   "> /root/c.new && cat /root/c.new > $f", "launch.ssh.node3", "port 2222"),
+}
+# A key beyond the cluster's in the login user's authorized_keys: a notice, never a drift.
+EXTRA_KEY = ("rm -f /root/mallory-key* && ssh-keygen -q -t ed25519 -N '' -C mallory@elsewhere -f /root/mallory-key "
+             f"&& cat /root/mallory-key.pub >> {HOME}/.ssh/authorized_keys")
+LAUNCH_FILES = ["/etc/environment", "/etc/ld.so.preload", "/etc/ld.so.conf.d/zz-planted.conf",
+                "/etc/openmpi/openmpi-mca-params.conf", "/etc/nccl.conf", f"{HOME}/.ssh/config",
+                f"{HOME}/.ssh/authorized_keys"]
+SYS_PATH = "import json, socket, sys; print('rank-path', socket.gethostname(), json.dumps(sys.path))"
+
+
+def test_what_a_rank_inherits_is_named_by_check_left_to_hand_by_up_and_run_imports_alike(hvd, lab3: Lab) -> None:
+    """node2's SSH sessions get a PYTHONPATH, its linker a preload and another folder, its Open MPI and NCCL a setting,
+    its ssh another port for node3, its login user another authorized key. A job started by `run` meanwhile imports
+    alike on every rank. check names each by item, file and line (the key as a notice, not a drift); up converges
+    nothing, names each as something no role repairs, records nothing; once they are taken away check exits 0."""
+    record = lab3.workdir / "inventories" / "ct3" / "state" / "node2.json"
+    before = record.read_text()
+    saved = " ".join(LAUNCH_FILES)
+    assert lab3.exec(2, "sh", "-c", f"mkdir -p /root/launch-saved && for f in {saved}; do if [ -e $f ]; then "
+                                    "cp -p $f /root/launch-saved/$(echo $f | tr / _); fi; done").returncode == 0
+    try:
+        for kind, (command, _, _) in LAUNCH_DRIFTS.items():
+            done = lab3.exec(2, "sh", "-c", command)
+            assert done.returncode == 0, (kind, done.stdout + done.stderr)
+        assert lab3.exec(2, "sh", "-c", EXTRA_KEY).returncode == 0
+        # what every SSH session on node2 now gets (pam_env), horovodrun's and mpirun's too ...
+        session = lab3.exec(1, "ssh", "-o", "BatchMode=yes", "node2", "printenv PYTHONPATH", user=lab3.user)
+        assert session.stdout.strip() == "/srv/planted", session.stdout + session.stderr
+        # ... and no rank of a job imports from it: the same sys.path on every node
+        proc = hvd("run", "--", "python", "-c", SYS_PATH)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+        paths = dict(re.findall(r"rank-path (\S+) (\[.*\])$", proc.stdout, re.M))
+        assert sorted(paths) == ["node1", "node2", "node3"], proc.stdout[-3000:]
+        assert len(set(paths.values())) == 1 and "/srv/planted" not in json.loads(paths["node2"]), paths
+
+        rc, doc = hvd.check_json()
+        assert rc == 1 and list(doc["drifted"]) == ["node2"] and doc["in_sync"] == ["node1", "node3"], doc
+        injected = {item for _, item, _ in LAUNCH_DRIFTS.values()}
+        for d in doc["drifted"]["node2"]:  # every item check names is one injected, no role's to repair
+            assert d["item"] in injected and d["role"] == "", d
+        named = {d["item"]: d for d in doc["drifted"]["node2"]}
+        for kind, (_, item, line) in LAUNCH_DRIFTS.items():
+            assert item in named, (kind, doc["drifted"]["node2"])
+            found, expected = named[item]["found"].split("\n"), named[item]["expected"].split("\n")
+            assert any(x.startswith(line) for x in found) and not any(x.startswith(line) for x in expected), \
+                (kind, named[item])
+        notices = doc["notices"]
+        assert "mallory@elsewhere" in notices["node2"]["mesh.other_keys"], notices
+        assert notices["node1"] == notices["node3"] and "mallory" not in json.dumps(notices["node1"]), notices
+
+        rc, up, err = hvd.up_json()
+        assert rc == 1, err[-3000:]
+        assert up["converged"] == [] and set(up["fast_path"]["by_hand"]["node2"]) == injected, up.get("fast_path")
+        for kind, (_, item, line) in LAUNCH_DRIFTS.items():
+            assert any(n.startswith(f"node2: {item}: ") and f"line found {line}" in n and n.endswith(
+                "(no role repairs it)") for n in up["not_repaired"]), (kind, up["not_repaired"])
+        assert record.read_text() == before
+    finally:
+        lab3.exec(2, "sh", "-c", f"for f in {saved}; do s=/root/launch-saved/$(echo $f | tr / _); if [ -e $s ]; "
+                                 "then cat $s > $f; else rm -f $f; fi; done; rm -rf /root/launch-saved /root/c.new")
+    rc, doc = hvd.check_json()
+    assert rc == 0 and doc["drifted"] == {}, doc
+    assert "mallory" not in json.dumps(doc["notices"]), doc["notices"]
 
 
 def test_the_same_up_from_another_folder_and_through_a_symlink_takes_the_fast_path(hvd, lab3: Lab, tmp_path) -> None:
@@ -362,12 +475,92 @@ def test_a_second_up_on_the_same_inventory_stops_at_once_naming_the_first(hvd, l
         second = hvd("up", "hosts.yaml")
         assert second.returncode == 1
         assert f"is in use by pid {first.pid}" in second.stderr and "command up" in second.stderr, second.stderr
-        # the second run started nothing: no new run folder besides the first's
-        after = sorted((lab3.workdir / "inventories" / "ct3" / "runs" / "artifacts").iterdir())
-        assert len(after) <= len(runs) + 1
     finally:
         _, err = first.communicate(timeout=900)
     assert first.returncode == 0, err[-4000:]
+    # the second run started nothing: the one new run folder is the first's (its command names its --tags)
+    new = sorted(set((lab3.workdir / "inventories" / "ct3" / "runs" / "artifacts").iterdir()) - set(runs))
+    assert len(new) == 1 and "hvd_preflight" in (new[0] / "command").read_text(), new
+
+
+# What mallory (an unprivileged local user of node2) plants in an old, world-writable /run/hvdcluster: a live roll
+# mark of hers, naming a process of the controller (argv[2]), one from the future, records whose text forges lines
+# of the old node script's output (every Unicode line break, a holder named to reach the sentinel argv[1]), names with
+# line breaks and ESC/OSC sequences, links to the sentinel, a FIFO, a 1 MiB record and 2,000 more files.
+PLANT = r"""
+import json, os, sys
+d, target, live = "/run/hvdcluster", sys.argv[1], json.loads(sys.argv[2])
+def put(name, text):
+    with open(os.path.join(d, name), "w", encoding="utf-8", errors="surrogatepass") as out:
+        out.write(text)
+forged = ('{"run_id": "x"}\r\nhvd-holder ../../..%s {}\u2028hvd-slurm-job 1 root x\x85hvd-gpu-app 1, x\x1chvd-holder '
+          'roll-20261126T001901-9.json {"kind": "roll", "host": "elsewhere", "started_epoch": 4102444800}' % target)
+put("roll-20261126T001901-1.json", json.dumps(live))
+put("roll-20261126T001901-2.json", json.dumps({**live, "host": "elsewhere", "started_epoch": 4102444800}))
+put("job-20261126T001901-3.json", forged)
+put("job-\r\n..\u2028\x1b]0;pwned\x07\x1b[2J.json", forged)
+put("roll-20261126T001901-4.json", "{" + " " * (1 << 20) + "}")
+os.symlink(target, os.path.join(d, "job-20261126T001901-5.json"))
+os.symlink(target, os.path.join(d, "..%2f..%2fsentinel"))
+os.mkfifo(os.path.join(d, "roll-20261126T001901-6.json"))
+for i in range(2000):
+    put("job-20261126T001902-%d.json" % i, json.dumps({**live, "user": "\x1b]0;pwned\x07%d" % i}))
+"""
+
+
+def test_a_hostile_local_user_can_neither_plant_nor_forge_a_lease_nor_make_a_look_delete_anything(
+        hvd, lab3: Lab) -> None:
+    """mallory, another local user of node2: the folder of leases (the login user's, 0700) refuses her. On an old
+    world-writable folder (made so by hand here) she plants forged records: `run` launches all the same (no forged
+    holder holds node2), naming them as ignored; `check` names the folder's mode for hvd_base to repair; with her
+    files left in the folder made private again, `up --rolling` has nothing to roll. None of them removes or changes
+    her target outside the folder or any of her files, and none prints a raw ESC."""
+    from hvdcluster import jobs
+
+    sentinel = f"/home/{lab3.user}/hvd-sentinel"  # the login user may remove it: what a forged name would aim at
+    made = lab3.exec(2, "sh", "-c", f"echo keep > {sentinel} && chown {lab3.user} {sentinel}")
+    assert made.returncode == 0, made.stderr
+
+    def looks() -> tuple[str, str]:
+        target = lab3.exec(2, "sh", "-c", f"stat -c '%i %s %Y %U' {sentinel} && sha256sum {sentinel}").stdout
+        theirs = lab3.exec(2, "sh", "-c", "find /run/hvdcluster -mindepth 1 -user mallory -printf x | wc -c").stdout
+        return target, theirs.strip()
+
+    assert lab3.exec(2, "stat", "-c", "%U %a", "/run/hvdcluster").stdout.split() == [lab3.user, "700"]
+    refused = lab3.exec(2, "sh", "-c", "echo {} > /run/hvdcluster/roll-20261126T001901-1.json", user="mallory")
+    assert refused.returncode != 0 and "Permission denied" in refused.stderr, refused
+    mallory = lab3.exec(2, "id", "-u", "mallory").stdout.strip()
+    live = jobs.mine(jobs.ROLL, "20261126T001901-1", command=["hvdcluster", "up", "--rolling"])  # this process: live
+    try:
+        assert lab3.exec(2, "sh", "-c", "chown root:root /run/hvdcluster && chmod 1777 /run/hvdcluster").returncode == 0
+        plant = lab3.exec(2, "python3", "-c", PLANT, sentinel, json.dumps(live), user="mallory")
+        assert plant.returncode == 0, plant.stderr
+        before = looks()
+        assert before[1] == "2008", before
+
+        ran = hvd("run", "hosts.yaml", "--limit", "node2", "-np", "1", "--", "python", "-c", "print('ran')")
+        assert ran.returncode == 0 and "ran" in ran.stdout, ran.stdout[-2000:] + ran.stderr[-3000:]
+        assert "node2: ignored in /run/hvdcluster (not believed): " in ran.stderr, ran.stderr[-3000:]
+        assert f"owned by uid {mallory}, not the login user or root: not believed" in ran.stderr
+        assert "/run/hvdcluster is writable by other users: `hvdcluster up` makes it the login user's" in ran.stderr
+        assert "being changed by" not in ran.stderr and "\x1b" not in ran.stdout + ran.stderr
+        assert looks() == before
+
+        rc, doc = hvd.check_json()
+        assert rc == 1 and list(doc["drifted"]) == ["node2"], doc
+        [item] = doc["drifted"]["node2"]
+        assert item["item"] == "base.run_dir" and item["role"] == "hvd_base" and "mode 1777" in item["found"], item
+
+        private = lab3.exec(2, "sh", "-c", f"chown {lab3.user}:root /run/hvdcluster && chmod 0700 /run/hvdcluster")
+        assert private.returncode == 0  # her files stay: what an old node carries over
+        roll = hvd("up", "hosts.yaml", "--rolling", "--json")
+        assert roll.returncode == 0 and "nothing to roll" in roll.stderr, roll.stderr[-3000:]
+        assert json.loads(roll.stdout)["rolling"]["batches"] == []
+        assert "\x1b" not in roll.stdout + roll.stderr
+        assert looks() == before
+    finally:
+        lab3.exec(2, "sh", "-c", f"find /run/hvdcluster -mindepth 1 -delete; rm -f {sentinel}; "
+                                 f"chown {lab3.user}:root /run/hvdcluster && chmod 0700 /run/hvdcluster")
 
 
 def test_stopped_node_is_named_unreachable_while_the_others_converge(hvd, lab3: Lab) -> None:
@@ -421,11 +614,17 @@ def test_a_node_lost_mid_converge_is_named_alone_and_the_others_finish_proven(hv
         assert [doc["hosts"][n]["status"] for n in ("node1", "node2")] in (
             [a, b] for a in ("changed", "up-to-date") for b in ("changed", "up-to-date")), doc["hosts"]
         assert [f["host"] for f in doc["failures"]] == ["node3"], doc["failures"]
-        # The post-flight proved the nodes that are left: mpirun reached node1 and node2, their checks passed.
+        # The post-flight proved the nodes that are left: mpirun reached node1 and node2, and the allreduce ran over
+        # every slot of those two (and of no other node), every rank's sum checked.
         proven = task_outcomes(doc["log"])
         for task in ("Start one process per node with mpirun and collect the hostnames",
-                     "Check that mpirun reached every node"):
+                     "Check that mpirun reached every node", "Allreduce over every slot of every node",
+                     "Check every rank's sum"):
             assert proven.get(task) == {"ok"}, (task, proven.get(task))
+        ran = [e["event_data"]["res"]["cmd"] for e in run_events(doc["log"]) if e.get("event") == "runner_item_on_ok"
+               and e["event_data"].get("task") == "Allreduce over every slot of every node"]
+        assert ran and all({h.split(":")[0] for h in cmd[cmd.index("-H") + 1].split(",")} == {"node1", "node2"}
+                           for cmd in ran), ran
         assert doc["converged"] == ["node1", "node2"], doc["converged"]
     finally:
         if proc.poll() is None:
@@ -559,17 +758,17 @@ def test_a_busy_canary_stops_the_roll_and_a_failed_canary_leaves_the_others_unto
     [lease] = run_dir(lab3, 3)
     assert lease.startswith("job-")
 
-    mark = {**jobs.mine(jobs.ROLL, "test"), "command": ["hvdcluster", "up", "--rolling"]}  # held by this test process
-    put = lab3.exec(2, "sh", "-c", f"printf '%s\\n' '{json.dumps(mark)}' > /run/hvdcluster/roll-test.json",
-                    user=lab3.user)
+    mark = jobs.mine(jobs.ROLL, "20261126T001901-1", command=["hvdcluster", "up", "--rolling"])  # this process's
+    put = lab3.exec(2, "sh", "-c", f"umask 077 && printf '%s\\n' '{json.dumps(mark)}' > "
+                    f"/run/hvdcluster/{jobs.file_name(mark)}", user=lab3.user)
     assert put.returncode == 0, put.stderr
     try:
         proc = hvd("run", "hosts.yaml", "--limit", "node2", "-np", "1", "--", "python", "-c", "pass")
-        assert proc.returncode == 1 and "node2: being changed by hvdcluster up --rolling test" in proc.stderr, \
-            proc.stderr[-3000:]
-        assert run_dir(lab3, 2) == ["roll-test.json"]  # its own lease taken back
+        assert proc.returncode == 1 and "node2: being changed by hvdcluster up --rolling 20261126T001901-1" in \
+            proc.stderr, proc.stderr[-3000:]
+        assert run_dir(lab3, 2) == [jobs.file_name(mark)]  # its own lease taken back
     finally:
-        lab3.exec(2, "rm", "-f", "/run/hvdcluster/roll-test.json")
+        lab3.exec(2, "rm", "-f", f"/run/hvdcluster/{jobs.file_name(mark)}")
 
     broken = lab3.exec(3, "sh", "-c", "cp -P /etc/os-release /root/os-release.saved && "
                                       "sed 's/^VERSION_ID=.*/VERSION_ID=\"13\"/' /usr/lib/os-release > /root/osr "
@@ -727,3 +926,17 @@ def test_under_slurm_a_roll_drains_waits_for_the_slurm_job_and_resumes_only_what
     assert f"node2: resumed in Slurm: {gone} drained it and is gone" in again.stderr, again.stderr[-3000:]
     assert "DRAIN" not in slurm_node(lab3, "node2")["State"]
     assert slurm_node(lab3, "node1")["Reason"] == "bad fan"  # the operator's drain stays
+    # The controller gone (slurmctld stopped) while node2 needs a change: node2's Slurm jobs cannot be read, so the
+    # roll does not change it, names why, and exits 1.
+    assert lab3.exec(2, "apt-mark", "unhold", "openmpi-bin").returncode == 0
+    assert lab3.exec(1, "pkill", "-x", "slurmctld").returncode == 0
+    try:
+        blind = hvd("up", "hosts.yaml", "--rolling", "--json")
+        assert blind.returncode == 1, blind.stderr[-3000:]
+        rolled = json.loads(blind.stdout)["rolling"]
+        assert rolled["done"] == [] and list(rolled["skipped"]) == ["node2"], rolled
+        assert rolled["skipped"]["node2"][0].startswith("Slurm: "), rolled["skipped"]
+        assert "Unable to contact slurm controller" in blind.stderr, blind.stderr[-3000:]
+        assert lab3.exec(2, "sh", "-c", "apt-mark showhold | grep -qx openmpi-bin").returncode != 0  # not changed
+    finally:
+        lab3.exec(2, "apt-mark", "hold", "openmpi-bin")
