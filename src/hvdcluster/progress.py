@@ -11,6 +11,8 @@ import io
 import json
 import re
 import sys
+import threading
+import time
 from dataclasses import asdict, dataclass, field
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
@@ -49,6 +51,8 @@ class HostState:
     failure: Failure | None = None
     # Read back after the converge, it still differs from what it must be (the loop contract, cli.runs.close_loop).
     unrepaired: bool = False
+    task: str = ""  # the task it runs now
+    task_since: float = 0.0  # when that task started (time.monotonic())
 
     @property
     def ended_well(self) -> bool:
@@ -183,6 +187,44 @@ def failure_message(res: dict[str, Any], pinned: bool = False) -> str:
     return "task failed"
 
 
+# The steps that take minutes, by their task name in the roles, in words (formatted with Tracker.context): while one
+# runs the console names it and its age; the summary lists what was built. Others show as "<role>: <task>".
+LONG_STEPS = {
+    "Build the wheel against the environment (a few minutes)": "building Horovod {horovod} for {framework}",
+    "Compile (several minutes)": "building Open MPI {mpi}",
+    "Resolve the packages (pip's report of what it would install)": "resolving the env's packages",
+    "Install exactly the locked files (hashes required)": "building the env (pip install of the lock)",
+    "Solve, lock and install the conda packages with rattler": "building the conda env",
+    "Pack the environment": "packing the env",
+    "Build the NVIDIA modules with DKMS for each installed kernel that has its headers and lacks them":
+        "building the NVIDIA modules (DKMS)",
+    "Build the NVIDIA modules for the kernel the node boots next": "building the NVIDIA modules (DKMS)",
+    "Install base packages": "installing the base packages (apt)",
+    "Install the driver packages, pinned to the asked branch or version": "installing the NVIDIA driver {driver}",
+    "Install the packages, pinned to the asked version and CUDA build": "installing CUDA packages",
+    "Check its sha256, unpack it beside the prefix, mark it with the build key, then swap it in": "unpacking the env",
+    "Allreduce over every slot of every node": "proving the cluster (allreduce)",
+}
+# hvd_fanout's look in the controller cache (an entry found valid: nothing built), and its entries' folders in words.
+CACHE_LOOK = "Verify the cached artifact (a corrupt or truncated one is removed and built again)"
+CACHED = {"envs": "the env", "horovod": "the Horovod wheel", "openmpi": "Open MPI", "nccl-tests": "nccl-tests"}
+HEARTBEAT = 30.0  # seconds a step runs before the console names it (and again every HEARTBEAT after)
+
+
+def stack_context(stack: dict[str, Any]) -> dict[str, str]:
+    """The versions a resolved stack names, as the words of a long step use them (Tracker.context)."""
+    packages = (stack.get("python") or {}).get("packages") or []
+    frameworks = [str(p) for p in packages if str(p).split("==")[0].split(">")[0].strip() in ("torch", "tensorflow")]
+    return {"horovod": str((stack.get("horovod") or {}).get("version") or ""),
+            "framework": ", ".join(f.replace("==", " ") for f in frameworks) or "its frameworks",
+            "mpi": str((stack.get("mpi") or {}).get("version") or ""), "driver": str(stack.get("driver") or "")}
+
+
+def _age(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
 @dataclass
 class Tracker:
     hosts: dict[str, HostState] = field(default_factory=dict)
@@ -198,6 +240,10 @@ class Tracker:
     finished: bool = False
     # The hosts whose keys hosts.yaml pins (inventory.pinned_hosts): a refused key is reported as refused by the pin.
     pinned: frozenset[str] = frozenset()
+    # The versions the run's stack names (horovod, torch, mpi, driver...), for the words of a long step.
+    context: dict[str, str] = field(default_factory=dict)
+    built: list[dict[str, Any]] = field(default_factory=list)  # long steps that ran: {host, what, seconds}
+    from_cache: list[str] = field(default_factory=list)  # what was found in the controller cache
 
     @classmethod
     def for_hosts(cls, names: list[str], pinned: Iterable[str] = ()) -> Tracker:
@@ -220,13 +266,16 @@ class Tracker:
         host = self._host(host_name)
         role = data.get("role") or host.role
         if kind == "runner_on_start":
+            host.task, host.task_since = str(data.get("task") or ""), time.monotonic()
             if host.started and host.role == role:
                 return set()
             host.started, host.role = True, role
             return {host_name}
+        host.task = ""
         if kind == "runner_on_ok":
             host.ok += 1
             host.changed += bool((data.get("res") or {}).get("changed"))
+            self._note_work(host_name, data)
         elif kind == "runner_on_skipped":
             host.skipped += 1
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):
@@ -238,6 +287,32 @@ class Tracker:
         else:
             return set()
         return {host_name}
+
+    def _note_work(self, host: str, data: dict[str, Any]) -> None:
+        """What a run built (a long step that ran, with its seconds) and took from the controller cache."""
+        task, res = str(data.get("task") or ""), data.get("res") or {}
+        if task in LONG_STEPS and res.get("changed"):
+            self.built.append({"host": host, "what": self.label(task), "seconds": float(data.get("duration") or 0)})
+        elif task == CACHE_LOOK and res.get("valid"):
+            path = str(res.get("path") or "")
+            what = next((label for folder, label in CACHED.items() if f"/{folder}/" in path), path.rsplit("/", 1)[-1])
+            if what not in self.from_cache:
+                self.from_cache.append(what)
+
+    def label(self, task: str) -> str:
+        """What a long step does, in words, with the versions the run's stack names (``context``)."""
+        template = LONG_STEPS.get(task, "")
+        try:
+            return template.format(**self.context) if template else task
+        except (KeyError, IndexError, ValueError):
+            return template
+
+    def long_steps(self, after: float, now: float | None = None) -> list[tuple[str, str, float]]:
+        """(host, what it does, seconds) of every host whose task has run longer than ``after`` seconds."""
+        now = time.monotonic() if now is None else now
+        return [(h.name, self.label(h.task) if h.task in LONG_STEPS else f"{h.role or 'play'}: {h.task}",
+                 now - h.task_since) for h in self.hosts.values()
+                if h.task and not h.done and now - h.task_since > after]
 
     def _fail(self, host: HostState, data: dict[str, Any], *, unreachable: bool) -> None:
         failure = Failure(
@@ -306,6 +381,8 @@ class Tracker:
             "notices": self.notices,
             "preflight": self.preflight,
             "transfers": transfer_report(self.transfers),
+            "built": self.built,
+            "from_cache": self.from_cache,
             "throughput": self.throughput,
         }
 
@@ -318,16 +395,38 @@ class Console:
         self.live = stream.isatty() if live is None else live
         self._drawn = 0
         self._shown: dict[str, str] = {}
+        self._beat: dict[str, float] = {}  # host -> the age of its step when last named
+        self._lock = threading.RLock()  # the heartbeat writes from its own thread
 
     def write(self, text: str = "") -> None:
-        self.stream.write(printable(text) + "\n")
-        self.stream.flush()
+        with self._lock:
+            self.stream.write(printable(text) + "\n")
+            self.stream.flush()
+
+    def heartbeat(self, tracker: Tracker, every: float = HEARTBEAT) -> None:
+        """Name every step that has run longer than ``every`` seconds with its age, once per ``every`` seconds a host
+        (live: the host lines are drawn again with it)."""
+        with self._lock:
+            due = [(host, what, age) for host, what, age in tracker.long_steps(every)
+                   if age - self._beat.get(f"{host}\0{what}", 0.0) >= every]
+            for host, what, age in due:
+                self._beat[f"{host}\0{what}"] = age
+            if not due:
+                return
+            if self.live:
+                self.update(tracker, {host for host, _, _ in due})
+                return
+            for host, what, age in due:
+                self.write(f"  {host}: {what}, {_age(age)}")
 
     def step(self, number: int, total: int, text: str) -> None:
         self.write(f"[{number}/{total}] {text}")
 
-    def _line(self, host: HostState, width: int) -> str:
-        return printable(f"  {host.name:<{width}}  {host.status:<28}  {host.counts()}", newlines=False)
+    def _line(self, host: HostState, width: int, tracker: Tracker | None = None) -> str:
+        status = host.status
+        if tracker is not None and host.task in LONG_STEPS and not host.done:
+            status = f"{tracker.label(host.task)}, {_age(time.monotonic() - host.task_since)}"
+        return printable(f"  {host.name:<{width}}  {status:<28}  {host.counts()}", newlines=False)
 
     def update(self, tracker: Tracker, changed: set[str]) -> None:
         if not changed:
@@ -340,13 +439,14 @@ class Console:
                     self._shown[name] = status
                     self.write(f"  {name}: {status}")
             return
-        raw = getattr(self.stream, "raw", self.stream)  # our own cursor movements pass; the lines are printable
-        if self._drawn:
-            raw.write(f"\x1b[{self._drawn}F")
-        for host in tracker.hosts.values():
-            raw.write("\x1b[2K" + self._line(host, width) + "\n")
-        self._drawn = len(tracker.hosts)
-        self.stream.flush()
+        with self._lock:
+            raw = getattr(self.stream, "raw", self.stream)  # our own cursor movements pass; the lines are printable
+            if self._drawn:
+                raw.write(f"\x1b[{self._drawn}F")
+            for host in tracker.hosts.values():
+                raw.write("\x1b[2K" + self._line(host, width, tracker) + "\n")
+            self._drawn = len(tracker.hosts)
+            self.stream.flush()
 
     def summary(self, tracker: Tracker, log: str) -> None:
         self._drawn = 0
@@ -369,6 +469,12 @@ class Console:
             for f in findings:
                 self.write(f"  {f.get('severity', '').upper():4}  {f.get('host')}  {f.get('check')}: found {f.get('found')}; "
                            f"expected {f.get('expected')}; fix: {f.get('fix')}")
+        if tracker.built or tracker.from_cache:
+            self.write()
+            for item in tracker.built:
+                self.write(f"  built: {item['what']} on {item['host']} ({_age(item['seconds'])})")
+            if tracker.from_cache:
+                self.write(f"  taken from the controller cache: {', '.join(tracker.from_cache)}")
         if tracker.transfers:
             self.write()
             self.write(transfer_line(transfer_report(tracker.transfers)))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import io
 import json
+
+import pytest
 from pathlib import Path
 
 from hvdcluster.progress import Console, Tracker, failure_message
@@ -217,3 +219,39 @@ def test_the_post_flight_throughput_is_listed_per_controller_in_the_summary_and_
     assert ("Post-flight allreduce throughput (bus bandwidth as nccl-tests defines it):\n"
             "  gloo: 4 ranks, 16.0 MiB in host memory, busbw 0.63 GB/s (algbw 0.42)\n") in stream.getvalue()
     assert tracker.as_dict()["throughput"] == {"gloo": gloo}  # a controller that printed nothing is left out
+
+
+def test_a_long_step_is_named_with_its_age_while_it_runs_and_the_summary_says_what_was_built_or_cached(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No event comes while Horovod compiles: the heartbeat names the step and its age, once per period, and the
+    summary lists what was built (with its time) and what the controller cache already held."""
+    from hvdcluster import progress
+    from hvdcluster.progress import Console, Tracker, stack_context
+
+    tracker = Tracker.for_hosts(["node1", "node2"])
+    tracker.context = stack_context({"horovod": {"version": "0.28.1"}, "python": {"packages": ["torch==2.13.0"]}})
+    build = "Build the wheel against the environment (a few minutes)"
+    now = [1000.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    tracker.handle({"event": "runner_on_start", "event_data": {"host": "node1", "role": "hvd_horovod", "task": build}})
+    stream = io.StringIO()
+    console = Console(stream, live=False)
+    now[0] += 20
+    console.heartbeat(tracker)
+    assert stream.getvalue() == ""  # not long yet
+    now[0] += 110
+    console.heartbeat(tracker)
+    console.heartbeat(tracker)  # the same period: said once
+    assert stream.getvalue() == "  node1: building Horovod 0.28.1 for torch 2.13.0, 2m10s\n"
+    tracker.handle({"event": "runner_on_ok", "event_data": {"host": "node1", "role": "hvd_horovod", "task": build,
+                                                            "duration": 193.4, "res": {"changed": True}}})
+    tracker.handle({"event": "runner_on_ok", "event_data": {"host": "node1", "role": "hvd_fanout",
+                                                            "task": progress.CACHE_LOOK,
+                                                            "res": {"valid": True, "path": "/c/envs/env-1.tar.zst"}}})
+    assert tracker.long_steps(0) == []
+    console.summary(tracker, "/log")
+    text = stream.getvalue()
+    assert "  built: building Horovod 0.28.1 for torch 2.13.0 on node1 (3m13s)" in text
+    assert "  taken from the controller cache: the env" in text
+    assert tracker.as_dict()["built"] == [{"host": "node1", "what": "building Horovod 0.28.1 for torch 2.13.0",
+                                           "seconds": 193.4}]

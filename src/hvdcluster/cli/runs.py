@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 from .. import inventory, lock, redact, spec
-from ..progress import Console, Tracker, dump_json
+from ..progress import Console, Tracker, dump_json, stack_context
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -38,6 +39,7 @@ def tracked_run(root: Path, cluster: spec.ClusterSpec, console: Console, playboo
     from ..runner import run_playbook
 
     tracker = Tracker.for_hosts([h.name for h in cluster.hosts], pinned=inventory.pinned_hosts(cluster))
+    tracker.context = stack_context(inventory.read(root).vars.get("hvd_stack") or {})
     console.update(tracker, set(tracker.hosts))
 
     def on_event(event: dict) -> None:
@@ -45,8 +47,17 @@ def tracked_run(root: Path, cluster: spec.ClusterSpec, console: Console, playboo
             events.append(event)
         console.update(tracker, tracker.handle(event))
 
-    result = run_playbook(root, playbook, limit=limit, tags=tags, check=check, diff=diff, extravars=extravars,
-                          on_event=on_event, env=redact.run_env(cluster))
+    # A step of minutes (a build, an install) is named with its age while it runs: no event comes meanwhile.
+    stop = threading.Event()
+    beat = threading.Thread(target=lambda: [console.heartbeat(tracker) for _ in iter(lambda: stop.wait(5), True)],
+                            name="hvd-heartbeat", daemon=True)
+    beat.start()
+    try:
+        result = run_playbook(root, playbook, limit=limit, tags=tags, check=check, diff=diff, extravars=extravars,
+                              on_event=on_event, env=redact.run_env(cluster))
+    finally:
+        stop.set()
+        beat.join()
     return tracker, result
 
 
