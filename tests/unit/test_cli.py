@@ -816,3 +816,15 @@ def test_no_control_sequence_in_a_file_reaches_the_terminal_through_any_message(
         assert not any(ch in text for ch in "\x1b\x9b\x07\r\x00"), repr(text)
     assert captured.err.startswith(f"hvdcluster: {hosts}:") and len(captured.err.strip().splitlines()) == 1
     assert sys.stdout.__class__.__name__ != "PrintableStream"  # the guard ends with the command
+
+
+def test_a_usage_error_says_what_to_write_instead(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """run's job without `--`: the line says the command goes after `--`, with the command to write; any other
+    unknown argument names itself and the help to read. Exit 2, nothing run."""
+    assert cli.main(["run", str(tmp_path / "hosts.yaml"), "--print", "python", "train.py"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"hvdcluster: run: 'python train.py' is not an option of run: the job's command goes after `--`: "
+                   f"write `hvdcluster run HOSTS [options] -- python train.py`")
+    assert cli.main(["check", str(tmp_path / "hosts.yaml"), "--deeep"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "hvdcluster: check: unrecognized arguments: --deeep (see `hvdcluster check --help`)")

@@ -25,6 +25,15 @@ def _cut_job(argv: list[str]) -> tuple[list[str], list[str] | None]:
     return argv, None
 
 
+def _what_to_write(command: str, extra: list[str]) -> str:
+    """A usage error that says what to write instead: for `run`, the job's words go after ``--``."""
+    words = " ".join(extra)
+    if command == "run":
+        return (f"run: {words!r} is not an option of run: the job's command goes after `--`: write "
+                f"`hvdcluster run HOSTS [options] -- {words}`")
+    return f"{command}: unrecognized arguments: {words} (see `hvdcluster {command} --help`)"
+
+
 def main(argv: list[str] | None = None) -> int:
     with guarded_output():  # every path to the terminal: no control sequence a node or a file supplied passes
         return _main(argv)
@@ -32,10 +41,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     argv, job = _cut_job(list(sys.argv[1:] if argv is None else argv))
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
     if job is not None:
         args.job = job
     try:
+        if extra:
+            raise HvdError(_what_to_write(args.command, extra))
         return args.func(args)
     except HvdError as err:
         print(f"hvdcluster: {err}", file=sys.stderr)
