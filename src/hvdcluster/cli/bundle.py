@@ -14,31 +14,13 @@ from . import runs
 from .common import EXIT_FAILED, EXIT_OK, check_output, console_for, inventory_root, load_and_resolve, render
 
 
-def _deprecated(old: str, new: str) -> None:
-    print(f"hvdcluster bundle: {old} is deprecated; write: {new}", file=sys.stderr)
-
-
 def _bundle_folders(args: argparse.Namespace) -> None:
     """``bundle HOSTS DIR [-o OUTPUT]``: DIR is the bundle folder and ``-o`` the inventories folder, as in every other
-    command. The old spellings still work, each with one deprecation line on stderr: ``--out DIR``,
-    ``--inventories OUTPUT``, and ``-o DIR`` given without DIR (``-o`` named the bundle folder then)."""
-    if args.out is not None:
-        if args.dir is not None:
-            raise HvdError(f"bundle: give the bundle folder once, as DIR: got {args.dir} and --out {args.out}")
-        _deprecated("--out DIR", "hvdcluster bundle HOSTS DIR")
-        args.dir = args.out
-    if args.inventories is not None:
-        if args.output is not None and args.dir is not None:
-            raise HvdError(f"bundle: give the inventories folder once, as -o: got -o {args.output} and "
-                           f"--inventories {args.inventories}")
-        _deprecated("--inventories OUTPUT", "hvdcluster bundle HOSTS DIR -o OUTPUT")
-    if args.dir is None and args.output is not None:
-        _deprecated("-o DIR for the bundle folder", "hvdcluster bundle HOSTS DIR (-o names the inventories folder, "
-                    "as in every command)")
-        args.dir, args.output = args.output, None
-    args.output = args.output or args.inventories or "inventories"
+    command."""
+    args.output = args.output or "inventories"
     if not args.hosts or not args.dir:
-        raise HvdError("bundle: name the cluster's hosts.yaml and the bundle folder: hvdcluster bundle hosts.yaml DIR")
+        raise HvdError("bundle: name the cluster's hosts.yaml and the bundle folder: hvdcluster bundle hosts.yaml DIR "
+                       "(-o names the inventories folder, as in every command)")
 
 
 def cmd_bundle(args: argparse.Namespace) -> int:

@@ -92,8 +92,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("hosts", nargs="?", help="the hosts.yaml of a connected cluster of the node OS")
     p.add_argument("dir", nargs="?", metavar="DIR", help="the bundle folder (created; re-used by a later run)")
     p.add_argument("-o", "--output", help="folder that holds the inventory folder <cluster>/ (default: ./inventories)")
-    p.add_argument("--out", help="deprecated spelling of DIR (prints a deprecation line)")
-    p.add_argument("--inventories", help="deprecated spelling of -o/--output (prints a deprecation line)")
     p.add_argument("--node", help="the host of hosts.yaml to resolve on (default: the first)")
     p.add_argument("--sign", metavar="KEY",
                    help="sign DIR/manifest.yaml with this OpenSSH private key (ssh-keygen -Y sign -n hvdcluster-bundle): "
@@ -160,4 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="launch even when the nodes' env, Horovod build, MPI or NCCL differ (the gate reads every node "
                    "first and refuses such a launch)")
     p.set_defaults(func=cmd_run, job=[])  # the words after `--` (main cuts them off before parsing)
+    # A flag is written whole: argparse would take `--out` for `--output` or a typo for the flag it begins, silently.
+    for command in (parser, *sub.choices.values()):
+        command.allow_abbrev = False
     return parser
