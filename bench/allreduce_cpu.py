@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.cpu_split import node_cpu_seconds  # noqa: E402
 from hvdcluster.paths import controller_cache  # noqa: E402
-from tests.lab import Lab, build_packaged_image  # noqa: E402
+from tests.lab import Lab, build_packaged_image, cpu_stack  # noqa: E402
 
 ENV = "/opt/hvd/env"
 
@@ -53,7 +53,7 @@ def main() -> None:
     image = build_packaged_image()
     with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:
         lab = Lab("benchar", 2, Path(tmp), slots=2, image=image,
-                  stack={"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]}})
+                  stack=cpu_stack())
         lab.up()
         try:
             wall, _ = lab.timed_up(controller_cache())

@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.lab import Lab, build_image, docker  # noqa: E402
+from tests.lab import Lab, build_image, cpu_stack, docker  # noqa: E402
 
-STACK = {"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]}}
+STACK = cpu_stack()
 HVDCLUSTER = str(Path(sys.executable).parent / "hvdcluster")
 GPU_APT = ["nvidia-cuda-toolkit", "g++-11", "libcuda1", "libnvidia-ml1", "nvidia-smi"]
 GPU_PIP = ["torch==2.0.1", "setuptools<70"]

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hvdcluster.paths import controller_cache  # noqa: E402
-from tests.lab import PACKAGED_IMAGE, Lab, build_packaged_image, docker  # noqa: E402
+from tests.lab import Lab, PACKAGED_IMAGE, build_packaged_image, cpu_stack, docker  # noqa: E402
 
 
 def node_cpu_seconds(container: str) -> float:
@@ -59,7 +59,7 @@ def main() -> None:
     image = build_packaged_image()
     with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:
         lab = Lab("benchcpu", 3, Path(tmp), slots=1, image=image,
-                  stack={"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]}})
+                  stack=cpu_stack())
         lab.up()
         try:
             print(f"up, first converge, 3 nodes of {PACKAGED_IMAGE}: {measured(lab)}", flush=True)

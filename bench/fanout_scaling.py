@@ -30,9 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.lab import Lab, build_image, docker  # noqa: E402
+from tests.lab import Lab, build_image, cpu_stack, docker  # noqa: E402
 
-STACK = {"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]}}
+STACK = cpu_stack()
 HVDCLUSTER = str(Path(sys.executable).parent / "hvdcluster")
 SETTINGS = {
     "as shipped (forks 32, pipelining, ControlPersist 60s)": {},

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import sha256_of  # noqa: E402
 from hvdcluster import paths  # noqa: E402
 from tests.debsrc import orig_tarball  # noqa: E402
-from tests.lab import Lab, build_image  # noqa: E402
+from tests.lab import Lab, build_image, cpu_stack  # noqa: E402
 
 BUILD_TASKS = ("Configure (internal hwloc, libevent and PMIx, so nodes cannot disagree on them)",
                "Compile (several minutes)", "Install into the staging folder (the tree every node gets at the prefix)",
@@ -55,8 +55,7 @@ def main() -> None:
     build_image()
     tarball = Path(orig_tarball("openmpi"))
     version = tarball.name.split("_", 1)[1].split(".orig", 1)[0]
-    stack = {"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]},
-             "mpi": {"source": "source", "version": version, "url": str(tarball), "sha256": sha256_of(tarball)}}
+    stack = cpu_stack(mpi={"source": "source", "version": version, "url": str(tarball), "sha256": sha256_of(tarball)})
     real = paths.controller_cache()
     with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:
         work = Path(tmp)

@@ -22,9 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.lab import Lab, build_image  # noqa: E402
+from tests.lab import Lab, build_image, cpu_stack  # noqa: E402
 
-STACK = {"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]}}
+STACK = cpu_stack()
 HVDCLUSTER = str(Path(sys.executable).parent / "hvdcluster")
 SITE = "/opt/hvd/env/lib/python3.11/site-packages"
 DRIFTS = {

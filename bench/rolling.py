@@ -38,9 +38,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.lab import Lab, build_image  # noqa: E402
+from tests.lab import TORCH, Lab, build_image  # noqa: E402
 
-BASE = ["torch==2.13.0"]
+BASE = [TORCH]
 HVDCLUSTER = str(Path(sys.executable).parent / "hvdcluster")
 RUNS = {
     "up": [],

@@ -30,6 +30,16 @@ PACKAGED_IMAGE = IMAGE + "-packages"
 KERNEL_IMAGE = IMAGE + "-kernel"
 KERNEL_PACKAGES = ["linux-image-amd64", "linux-headers-amd64"]
 LABEL = "hvdcluster.lab"
+# The stack every CPU lab converges: the PyTorch CPU build this machine's wheelhouse carries (PIP_FIND_LINKS), with
+# Horovod for it. One home for the tests and the benches (cpu_stack() gives a copy to extend).
+TORCH = "torch==2.13.0"
+# What the env needs besides the stack's packages, as an index serves them (the default path without a wheelhouse).
+BASE_PACKAGES = [TORCH, "wheel", "setuptools", "cloudpickle", "psutil", "pyyaml", "packaging"]
+
+
+def cpu_stack(**more: dict) -> dict:
+    """hosts.yaml's `stack` of a CPU lab: the CPU build of PyTorch and Horovod for it, with ``more`` keys added."""
+    return {"python": {"packages": [TORCH]}, "horovod": {"frameworks": ["pytorch"]}, **more}
 
 
 def docker(*args: str, check: bool = True) -> str:
@@ -85,7 +95,7 @@ class Lab:
     workdir: Path
     slots: int | None = None  # hvd_slots of every node
     # hosts.yaml `stack`; by default the PyTorch CPU build this machine's wheelhouse carries
-    stack: dict = field(default_factory=lambda: {"python": {"packages": ["torch==2.13.0"]}})
+    stack: dict = field(default_factory=lambda: {"python": {"packages": [TORCH]}})
     network: dict = field(default_factory=dict)  # hosts.yaml `network` (ca_bundle, wheelhouse added when found)
     # Per node (1-based): extra `docker run` arguments, another hostname, another fabric_port in hosts.yaml.
     docker_args: dict[int, list[str]] = field(default_factory=dict)

@@ -29,14 +29,14 @@ import pytest
 from hvdcluster import inventory
 from tests.cluster.conftest import Cli, run_events, share_the_cores, task_outcomes
 from tests.conftest import BIN, ROOT
-from tests.lab import Gapped, Lab, docker
+from tests.lab import Gapped, Lab, cpu_stack, docker
 
 pytestmark = pytest.mark.containers
 
 NAME = "gap"
 INTERNAL = f"hvdc-{NAME}-internal"
 NODES = [f"hvdc-{NAME}-node{i}" for i in (1, 2)]
-STACK = {"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]}}
+STACK = cpu_stack()
 REMOTE_FETCH = re.compile(r"\b(?:Get|Hit|Ign|Err):\d+ (?:https?|ftp)://")  # apt's fetch lines from a remote source
 
 

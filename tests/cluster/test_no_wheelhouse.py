@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.conftest import SUDO_USER, Cli, share_the_cores, task_outcomes
-from tests.lab import Lab, docker
+from tests.lab import BASE_PACKAGES, Lab, docker
 
 pytestmark = pytest.mark.containers
 
-PACKAGES = ["torch==2.13.0", "wheel", "setuptools", "cloudpickle", "psutil", "pyyaml", "packaging"]
+PACKAGES = BASE_PACKAGES
 HOROVOD = "horovod==0.28.1"  # its sdist: hvd_horovod downloads it from the index and builds it on a node
 
 

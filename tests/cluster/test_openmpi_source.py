@@ -22,7 +22,7 @@ from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import sha25
 
 from tests.cluster.conftest import SUDO_USER, Cli, changed_tasks, run_events, share_the_cores, task_outcomes
 from tests.debsrc import orig_tarball
-from tests.lab import Lab, docker
+from tests.lab import Lab, cpu_stack, docker
 
 pytestmark = pytest.mark.containers
 
@@ -87,9 +87,8 @@ def lab(node_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
     share_the_cores(lab)
     gateway = docker("network", "inspect", lab.docker_network, "-f", "{{(index .IPAM.Config 0).Gateway}}").strip()
     lab.served = _Served(tarball, gateway)  # type: ignore[attr-defined]
-    lab.stack = {"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]},
-                 "mpi": {"source": "source", "version": VERSION, "url": lab.served.url,  # type: ignore[attr-defined]
-                         "sha256": sha256_of(tarball)}}
+    lab.stack = cpu_stack(mpi={"source": "source", "version": VERSION, "url": lab.served.url,  # type: ignore[attr-defined]
+                               "sha256": sha256_of(tarball)})
     lab.write_hosts_yaml()
     yield lab
     lab.served.server.shutdown()  # type: ignore[attr-defined]
