@@ -49,3 +49,23 @@ def test_the_module_reference_is_generated_from_the_modules_and_current() -> Non
     assert not stale, f"out of date: {stale}: run {module_docs.WRITE}"
     pages = {p.name for p in module_docs.OUT.glob("*.md")}
     assert pages == {f"{p.stem}.md" for p in module_docs.modules()} | {"index.md"}
+
+
+CLAIM = re.compile(r"^\| .+ \| `(tests/[^`:]+)(?:::(\w+))?` \|$")
+
+
+def test_every_claim_of_the_development_guide_names_a_test_that_exists() -> None:
+    """docs/guides/development.md's table of claims: each row names a test module, or a test function in it, that
+    exists; a claim cannot outlive its proof."""
+    lines = [line for line in (ROOT / "docs" / "guides" / "development.md").read_text().splitlines()
+             if line.startswith("| ") and "`tests/" in line]
+    rows = [CLAIM.match(line) for line in lines]
+    assert len(rows) >= 30 and all(rows), [line for line, row in zip(lines, rows) if not row]
+    missing = []
+    for row in rows:
+        module, name = ROOT / row.group(1), row.group(2)
+        if not module.is_file():
+            missing.append(row.group(1))
+        elif name and not re.search(rf"^def {name}\(", module.read_text(), re.M):
+            missing.append(f"{row.group(1)}::{name}")
+    assert not missing, f"claims whose test no longer exists: {missing}"
