@@ -287,7 +287,7 @@ def test_a_byte_flipped_in_an_env_library_is_named_by_check_deep_and_repaired_by
     rc, doc = hvd.check_json("--deep")
     assert rc == 1 and list(doc["drifted"]) == ["node2"], doc
     [files] = [d for d in doc["drifted"]["node2"] if d["item"] == "env.files"]
-    assert f"changed: {lib.removeprefix('/opt/hvd/env/')}" in files["found"] and files["role"] == "hvd_pyenv", files
+    assert f"changed: {lib.removeprefix(SITE + '/')}" in files["found"] and files["role"] == "hvd_pyenv", files
     rc, up, err = hvd.up_json("--deep")
     assert rc == 0, err[-4000:]
     assert up["fast_path"]["deep"] and up["converged"] == ["node2"], up.get("fast_path")
@@ -635,6 +635,103 @@ def test_a_node_lost_mid_converge_is_named_alone_and_the_others_finish_proven(hv
     rc, doc = hvd.check_json()
     assert rc == 0, doc
 
+
+
+# ------------------------------------------------------------------------------------------ health --full and the gate
+
+# The nodes have no GPU: a stand-in for nccl-tests' all_reduce_perf (tests/cluster/nccl_tests_standin.sh) prints the
+# outputs we wrote in nccl-tests' documented format (tests/unit/fixtures/gpu, its README says what each stands for);
+# it runs under the cluster's real mpirun, over the real SSH mesh. The stand-in's nodes are judged as the operator of a
+# cluster whose links the read cannot see would judge them: one rank a node, a floor of 10 GB/s, NCCL on IB.
+STANDIN_PREFIX = "/opt/hvd/nccl-tests"
+STANDIN_OUTPUTS = {f"{kind}-{n}.txt": f"all_reduce_perf_{n}node-1gpu_{name}_to-64M.txt" for n in (2, 3)
+                   for kind, name in (("healthy", "net-ib-gdrdma"), ("slow", "net-ib_one-slow-node"),
+                                      ("socket", "nccl-socket-fallback"))}
+FULL = ["--gpus-per-node", "1", "--floor", "10", "--transport", "IB", "--size", "64M"]
+
+
+def standin(lab: Lab, scenario: str | None) -> None:
+    """Put the stand-in and its outputs at the nccl-tests prefix of every node, saying ``scenario`` (healthy, socket,
+    "slow node3"); None removes it all."""
+    for i in range(1, lab.nodes + 1):
+        if scenario is None:
+            done = lab.exec(i, "rm", "-rf", STANDIN_PREFIX)
+            assert done.returncode == 0, done.stderr
+            continue
+        lab.exec(i, "mkdir", "-p", f"{STANDIN_PREFIX}/bin", f"{STANDIN_PREFIX}/standin")
+        copies = [(ROOT / "tests" / "cluster" / "nccl_tests_standin.sh", f"{STANDIN_PREFIX}/bin/all_reduce_perf")]
+        copies += [(ROOT / "tests" / "unit" / "fixtures" / "gpu" / src, f"{STANDIN_PREFIX}/standin/{dst}")
+                   for dst, src in STANDIN_OUTPUTS.items()]
+        for src, dst in copies:
+            subprocess.run(["docker", "cp", str(src), f"{lab.container(i)}:{dst}"], check=True, capture_output=True)
+        done = lab.exec(i, "sh", "-c", f"echo {scenario!r} > {STANDIN_PREFIX}/standin/scenario && "
+                                       f"chmod -R a+rX {STANDIN_PREFIX} && chmod 0755 {STANDIN_PREFIX}/bin/all_reduce_perf")
+        assert done.returncode == 0, done.stderr
+
+
+def health_full(hvd, *args: str) -> tuple[int, dict]:
+    proc = hvd("health", "hosts.yaml", "--full", "--json", *FULL, *args)
+    try:
+        return proc.returncode, json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"no JSON from health --full (rc {proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-3000:]}")
+
+
+@pytest.fixture
+def gate(lab3: Lab):
+    """The stand-in on every node, and no health record left behind: later tests launch jobs on these nodes."""
+    try:
+        yield lab3
+    finally:
+        standin(lab3, None)
+        subprocess.run(["rm", "-rf", str(lab3.workdir / "inventories" / "ct3" / "state" / "health")], check=True)
+
+
+def test_health_full_through_mpirun_fails_a_socket_fallback_naming_the_transport(hvd, gate: Lab) -> None:
+    standin(gate, "socket")
+    rc, doc = health_full(hvd)
+    assert rc == 1, doc
+    first = doc["full"]["runs"][0]
+    assert first["nodes"] == ["node1", "node2", "node3"] and first["rc"] == 0 and first["ranks"] == 3
+    assert " mpirun -np 3 -H node1:1,node2:1,node3:1 " in first["command"] and first["network"] == "Socket"
+    transport = next(f for f in first["findings"] if f["item"] == "nccl.transport")
+    assert transport["found"] == "NCCL used NET/Socket (NET/IB : No device found)"
+    assert transport["expected"] == "NET/IB, which every node offers"
+    assert doc["full"]["culprit"]["kind"] == "fabric"  # every pair falls back too: no single node to blame
+
+
+def test_health_full_through_mpirun_passes_a_healthy_multi_node_run(hvd, gate: Lab) -> None:
+    standin(gate, "healthy")
+    rc, doc = health_full(hvd)
+    assert rc == 0, doc
+    run, = doc["full"]["runs"]
+    assert run["passed"] and run["network"] == "IB" and run["gdrdma"] and run["busbw_gbs"] > 10
+    assert run["sizes"][-1]["size"] == 64 << 20 and run["floor_gbs"] == 10 and run["seconds"] > 0
+    assert all(node["healthy"] for node in doc["nodes"].values())  # the quick read: every CPU item not applicable
+
+
+def test_a_run_slow_on_node3_is_bisected_to_node3_up_accept_names_it_and_run_refuses_it(hvd, gate: Lab) -> None:
+    """The whole run is slow; node1+node2 pass, node3 with node1 and with node2 do not: node3 is named in 4 runs (the
+    whole, the pair, node3 with each healthy peer, under the real mpirun each, from their first node). `up --accept` on
+    the cluster in sync converges nothing and does the same acceptance (exit 1 naming node3); `run` then refuses
+    node3, naming it and the item, and launches on node1 alone."""
+    standin(gate, "slow node3")
+    rc, doc = health_full(hvd)
+    assert rc == 1, doc
+    culprit = doc["full"]["culprit"]
+    assert (culprit["kind"], culprit["nodes"], culprit["runs_needed"]) == ("node", ["node3"], 4), culprit
+    assert [run["nodes"] for run in doc["full"]["runs"]] == [["node1", "node2", "node3"], ["node1", "node2"],
+                                                             ["node1", "node3"], ["node2", "node3"]]
+    rc, up, err = hvd.up_json("--accept", *FULL)
+    assert rc == 1, err[-3000:]
+    assert up["health"]["not_ready"] == [] and up["acceptance"]["culprit"]["nodes"] == ["node3"]
+    assert "not accepted: node3 (node)" in err
+    refused = hvd("run", "hosts.yaml", "--", "python", "-c", "print('launched')")
+    assert refused.returncode == 1 and "launched" not in refused.stdout
+    assert "node3: last health (up --accept, " in refused.stderr and "nccl.culprit" in refused.stderr
+    assert "node1: last health" not in refused.stderr
+    alone = hvd("run", "hosts.yaml", "--limit", "node1", "-np", "1", "--", "python", "-c", "print('launched')")
+    assert alone.returncode == 0 and "launched" in alone.stdout, alone.stderr[-3000:]
 
 
 # ------------------------------------------------------------------------------------------ rolling changes
