@@ -112,6 +112,7 @@ class Lab:
     subnet: str = ""
     ips: dict[int, str] = field(default_factory=dict)
     images: dict[int, str] = field(default_factory=dict)  # per node, in place of ``image``
+    scheduler: dict = field(default_factory=dict)  # hosts.yaml `scheduler` ({kind: slurm, ...}); {}: none
 
     @property
     def docker_network(self) -> str:
@@ -205,6 +206,8 @@ class Lab:
             lines.append(f"stack: {json.dumps(self.stack)}")
         if network:
             lines.append(f"network: {json.dumps(network)}")
+        if self.scheduler:
+            lines.append(f"scheduler: {json.dumps(self.scheduler)}")
         self.hosts_yaml.write_text("\n".join(lines) + "\n")
 
     def wait_for_ssh(self, timeout: float = 60) -> None:

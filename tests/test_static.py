@@ -148,6 +148,17 @@ def test_the_horovod_role_default_sdist_sha256_is_the_one_the_matrix_pins() -> N
     assert compat.sdist_sha256(version) and compat.sdist_sha256(version) in defaults["hvd_horovod_sdist_sha256"]
 
 
+def test_the_nccl_tests_role_default_release_is_the_newest_the_matrix_lists() -> None:
+    """Hand-written inventories get the role default release; `hvdcluster up` writes the resolver's: they must agree."""
+    from hvdcluster import compat
+
+    defaults = yaml.safe_load((ROOT / "roles" / "hvd_nccl_tests" / "defaults" / "main.yml").read_text())
+    rows = compat.load_matrix()["nccl_tests"]
+    assert defaults["hvd_nccl_tests_version"] == compat.resolve(
+        {"driver": "535", "nccl_tests": {"url": "/x", "sha256": "0" * 64}}).stack["nccl_tests"]["version"]
+    assert defaults["hvd_nccl_tests_version"] in [row["version"] for row in rows]
+
+
 def test_the_gpu_component_wheel_hashes_are_the_ones_the_matrix_pins() -> None:
     """Hand-written inventories get the role default table of NVIDIA wheel sha256s: it is compat.yaml's, row for row."""
     from hvdcluster import compat
@@ -229,7 +240,7 @@ def test_every_runtime_dependency_is_imported_by_the_product() -> None:
 
 # The roles that build once into the controller cache, and the task file their builder node runs.
 CACHED_BUILDS = {"hvd_pyenv": ["build-venv.yml", "build-conda.yml"], "hvd_horovod": ["build.yml"],
-                 "hvd_openmpi": ["build.yml"]}
+                 "hvd_openmpi": ["build.yml"], "hvd_nccl_tests": ["build.yml"]}
 
 
 def test_one_cached_build_flow_takes_every_build_lease() -> None:

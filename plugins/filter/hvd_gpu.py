@@ -243,9 +243,26 @@ def hvd_nvidia_smi_gpus(lines: list[str]) -> list[dict[str, str]]:
     return gpus
 
 
+_CC = re.compile(r"\d{2,3}")
+
+
+def hvd_nvcc_gencode(cc_list: str) -> list[str]:
+    """nvcc's ``-gencode`` options for compute capabilities written as hvd_nvidia_driver records them ("80,90"): the
+    device code of each, and the newest one's PTX too, which a newer GPU compiles when the program loads (what
+    nccl-tests' own default does). ValueError names an entry that is not a capability without its dot."""
+    ccs = [cc.strip() for cc in str(cc_list).split(",") if cc.strip()]
+    bad = [cc for cc in ccs if not _CC.fullmatch(cc)]
+    if bad or not ccs:
+        raise ValueError(f"compute capabilities {cc_list!r}: write them without the dot, comma-separated (\"80,90\")")
+    ccs = sorted(set(ccs), key=int)
+    return [f"-gencode=arch=compute_{cc},code=sm_{cc}" for cc in ccs] + [
+        f"-gencode=arch=compute_{ccs[-1]},code=compute_{ccs[-1]}"]
+
+
 class FilterModule:
     def filters(self) -> dict:
         return {
+            "hvd_nvcc_gencode": hvd_nvcc_gencode,
             "hvd_gpu_component_plan": hvd_gpu_component_plan,
             "hvd_gpu_found_version": hvd_gpu_found_version,
             "hvd_gpu_version_matches": hvd_gpu_version_matches,

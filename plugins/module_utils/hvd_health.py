@@ -32,7 +32,8 @@ SOURCES = {
     "pcie_rates": "https://github.com/torvalds/linux/blob/master/drivers/pci/pci.h (PCIE_SPEED2MBS_ENC)",
     "ib_sysfs": "https://github.com/torvalds/linux/blob/master/drivers/infiniband/core/sysfs.c (state_show, rate_show)",
     "nvlink_a100": "fixtures-gpu/nvidia-smi-nvlink-s_a100-sxm4-80gb-8gpu_12x25GBs.txt (12 links x 25 GB/s)",
-    "nvlink_h100": "https://github.com/NVIDIA/nccl-tests/issues/212 (NVLink4: 450 GB/s line rate, 18 links)",
+    "nvlink_h100": "https://docs.nvidia.com/health-validation/reference/checks/nvlink (H100: 18 links x 26562 MB/s);"
+                   " https://github.com/NVIDIA/nccl-tests/issues/212 (NVLink4: 450 GB/s line rate, 18 links)",
     "nvlink_v100": "fixtures-gpu/nvidia-smi-nvlink-s_v100-sxm2-32gb_2-links-inactive_excerpt.txt (25.781 GB/s a link)",
     "nvlink_5": "https://www.nvidia.com/en-us/data-center/nvlink/ (NVLink 5: 1.8 TB/s a GPU over 18 links)",
     "busbw": "https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md",
@@ -46,6 +47,24 @@ SOURCES = {
     "dcgm_diag": "https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html",
     "peermem": "https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/1.9.1/gpu-operator-rdma.html"
                " (nvidia-peermem: GPUDirect RDMA for InfiniBand HCAs, in the driver since R470)",
+    "nvlink_speeds": "https://docs.nvidia.com/health-validation/reference/checks/nvlink (nvlink_bandwidth_count_speed:"
+                     " 18 links a GPU, H100 26562 MB/s a link, GB200 and GB300 53125 MB/s)",
+    "nvswitch": "https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/index.html (NVSwitch systems: every"
+                " GPU reaches every other over all its NVLinks at once, through the NVSwitches)",
+    "nvlink_mesh": "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting/gpu_troubleshooting.html"
+                   " (without NVSwitch, GPU pairs without an NVLink between them talk over PCIe: nvidia-smi topo -m)",
+    "acs": "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html#pci-access-control-services-acs"
+           " (ACS redirects PCI peer-to-peer traffic to the CPU root complex: lspci -vvv | grep ACSCtl, SrcValid+)",
+    "acs_bits": "https://github.com/pciutils/pciutils/blob/master/ls-ecaps.c (cap_acs: ACSCtl bits SrcValid, TransBlk,"
+                " ReqRedir, CmpltRedir, UpstreamFwd, EgressCtrl, DirectTrans = bits 0-6 of the control register at +6)",
+    "iommu": "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html#pci-access-control-services-acs"
+             " (IO virtualization, VT-d or IOMMU, can interfere with GPU Direct); "
+             "https://www.kernel.org/doc/html/latest/admin-guide/kernel-parameters.html (intel_iommu=, amd_iommu=,"
+             " iommu=pt: DMA passthrough)",
+    "iommu_groups": "https://www.kernel.org/doc/Documentation/ABI/testing/sysfs-kernel-iommu_groups"
+                    " (/sys/kernel/iommu_groups/<n>/type: identity is passthrough, DMA and DMA-FQ translate)",
+    "nccl_gdr": "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-net-gdr-level-formerly-nccl-ib"
+                "-gdr-level (NCCL uses GPUDirect RDMA only where GPU and NIC are close enough: NCCL_NET_GDR_LEVEL)",
 }
 
 
@@ -863,17 +882,15 @@ def check_ib_ports(ib: dict[str, list], expected_rate: Optional[float] = None,
 
 
 def check_nccl_transport(nccl: dict[str, Any], ib: dict[str, list]) -> list[dict[str, str]]:
-    """NCCL fell back to TCP sockets although an InfiniBand port is Active."""
+    """NCCL fell back to TCP sockets although an InfiniBand port is Active (check_run_transport's rule, judged against
+    one node's ports)."""
     active = [port for port in ib.get("ports") or []
               if port["link_layer"] == "InfiniBand" and port["state"] == "Active"]
-    if "NET/Socket" not in nccl.get("transports", []) or not active:
+    if not active:
         return []
     names = ", ".join(f"{port['ca']}/{port['port']}" for port in active)
-    return [_finding("nccl.transport", FAIL, "NCCL used NET/Socket" + (" (NET/IB : No device found)"
-                                                                       if nccl.get("ib_no_device") else ""),
-                     f"NET/IB over the Active ports ({names})",
-                     "make /dev/infiniband and libibverbs visible to the job (containers: --device /dev/infiniband); "
-                     "unset NCCL_IB_DISABLE; check NCCL_IB_HCA names these ports", SOURCES["nccl_net"])]
+    return [f for f in check_run_transport(nccl, "IB", False, expected_text=f"NET/IB over the Active ports ({names})")
+            if f["item"] == "nccl.transport"]
 
 
 def check_peermem(ib: dict[str, list], modules: Iterable[str], gpus: int) -> list[dict[str, str]]:
@@ -936,17 +953,24 @@ def bus_bandwidth_floor(links: list[dict[str, Any]]) -> dict[str, Any]:
     the network ports a node's ranks use (several entries of one kind add up). nccl-tests' busbw measures the
     slowest of these (SOURCES["busbw"]), so each kind gives line rate x its efficiency row, and the floor is the
     lowest. Each term names its rate and efficiency rows' sources.
+
+    An entry may name its ``node`` (entries add up per kind and node: run_floor's terms), what it is (``what``) and
+    the source of its rate (``source``, put before the efficiency row's).
     """
-    terms: dict[str, dict[str, Any]] = {}
+    terms: dict[tuple[str, Any], dict[str, Any]] = {}
     for link in links:
-        term = terms.setdefault(link["kind"], {"kind": link["kind"], "line_gbs": 0.0})
+        term = terms.setdefault((link["kind"], link.get("node")), {"kind": link["kind"], "line_gbs": 0.0})
         term["line_gbs"] += _link_line_rate(link)
+        for key in ("node", "what", "source"):
+            if key in link and key not in term:
+                term[key] = link[key]
     if not terms:
         raise ValueError("no links: pass the NVLink, PCIe or network links the all_reduce crosses")
     for term in terms.values():
         row = threshold("efficiency." + term["kind"])
-        term.update(efficiency=row["value"], floor_gbs=round(term["line_gbs"] * row["value"], 2),
-                    source=row["source"])
+        term.update(line_gbs=round(term["line_gbs"], 3), efficiency=row["value"],
+                    floor_gbs=round(term["line_gbs"] * row["value"], 2),
+                    source=f"{term['source']}; {row['source']}" if term.get("source") else row["source"])
     slowest = min(terms.values(), key=lambda term: term["floor_gbs"])
     return {"floor_gbs": slowest["floor_gbs"], "bottleneck": slowest["kind"], "terms": list(terms.values())}
 
@@ -990,3 +1014,317 @@ def check_bus_bandwidth(result: dict[str, Any], floor: dict[str, Any]) -> list[d
                      f" x {term['efficiency']:g})",
                      "find the slow link: NCCL_DEBUG=INFO for the transport, nvidia-smi -q for PCIe, nvlink -s, ibstat",
                      term["source"])]
+
+
+# ------------------------------------------------------------------------------------------ floors from the links found
+#
+# What `hvdcluster health --full` judges a run's bus bandwidth by: the links found on its nodes (node_links), turned into
+# one term per link kind and node (run_floor, through bus_bandwidth_floor), each its line rate (THRESHOLDS' rate rows, or the speed the tool
+# printed) times its efficiency row. nccl-tests' busbw is a per-rank figure that measures the slowest link a ring
+# crosses (SOURCES["busbw"]): inside a node a GPU's NVLink (through NVSwitch, or between two GPUs), else its PCIe link;
+# between nodes the RDMA ports a node's ranks use, together (every ring crosses a node's boundary through one of
+# them). The floor is the lowest term, named with its node.
+
+
+def node_links(smi: dict[str, Any], nvlink: list[dict[str, Any]], ib: Optional[dict[str, list]], nvswitch: bool,
+               modules: Optional[Iterable[str]], gpus: int) -> dict[str, Any]:
+    """The links one node's ranks use, from its readings: parse_nvidia_smi_q (``smi``), parse_nvlink_status
+    (``nvlink``), parse_ib_sysfs (``ib``, None without /sys/class/infiniband), NVSwitches on its bus, its loaded modules
+    and ``gpus`` (the ranks it runs).
+
+    {gpus, nvlink: {per_link_gbs, count} of the GPU with the least active NVLink (None: no active link), nvswitch,
+    pcie: {generation, width} of the GPU with the slowest PCIe link as GPU and slot support it (Max: an idle link
+    trains down, check_pcie), net: [Active RDMA ports, fastest first], peermem}.
+    """
+    links = nvlink_links(nvlink)
+    pcie = None
+    rated = [gpu["pcie"] for gpu in smi.get("gpus") or [] if gpu["pcie"]["gen_max"] and gpu["pcie"]["width_max"]]
+    if rated:
+        slowest = min(rated, key=lambda link: threshold_or(f"pcie.{link['gen_max']}.lane_gbs") * link["width_max"])
+        pcie = {"generation": slowest["gen_max"], "width": slowest["width_max"]}
+    ports = [port for port in (ib or {}).get("ports") or []
+             if port["state"] == "Active" and port.get("physical_state", "LinkUp") == "LinkUp" and port["rate_gbps"]]
+    return {"gpus": int(gpus), "nvswitch": bool(nvswitch), "pcie": pcie,
+            "nvlink": {"per_link_gbs": links[0]["gbs_per_link"], "count": links[0]["count"]} if links else None,
+            "net": sorted(({"ca": port["ca"], "port": port["port"], "rate_gbps": port["rate_gbps"],
+                            "link_layer": port["link_layer"]} for port in ports), key=lambda port: -port["rate_gbps"]),
+            "peermem": "nvidia_peermem" in set(modules or ())}
+
+
+def threshold_or(row_id: str, default: float = 0.0) -> float:
+    """THRESHOLDS' value of ``row_id``, ``default`` where there is no such row (a PCIe generation not in the table)."""
+    try:
+        return float(threshold(row_id)["value"])
+    except KeyError:
+        return default
+
+
+def _intra_links(node: str, links: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
+    """A node's GPU-to-GPU link entry (it runs two ranks or more), or ([], why none can be derived)."""
+    nvlink, pcie = links["nvlink"], links["pcie"]
+    if nvlink and (links["nvswitch"] or links["gpus"] == 2):
+        how = "through NVSwitch" if links["nvswitch"] else "between its 2 GPUs"
+        source = SOURCES["nvswitch"] if links["nvswitch"] else SOURCES["nvlink_speeds"]
+        return [{"kind": "nvlink", "gbs_per_link": nvlink["per_link_gbs"], "count": nvlink["count"], "node": node,
+                 "what": f"{nvlink['count']} NVLink links x {nvlink['per_link_gbs']:g} GB/s {how}",
+                 "source": source}], ""
+    if pcie and threshold_or(f"pcie.{pcie['generation']}.lane_gbs"):
+        what = f"PCIe Gen{pcie['generation']} x{pcie['width']}"
+        source = threshold(f"pcie.{pcie['generation']}.lane_gbs")["source"]
+        if nvlink:  # a ring among more than two GPUs without NVSwitch may cross PCIe: judged by the slower path
+            what += f" (NVLink without NVSwitch among {links['gpus']} GPUs: rings may cross PCIe)"
+            source += f"; {SOURCES['nvlink_mesh']}"
+        return [{"kind": "pcie", "generation": pcie["generation"], "width": pcie["width"], "node": node,
+                 "what": what, "source": source}], ""
+    return [], f"{node}: neither NVLink nor a PCIe link rate was read for its GPUs"
+
+
+def _net_links(node: str, links: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
+    """A node's network entries: its fastest Active RDMA ports, one a rank at most (NCCL gives each GPU its nearest
+    NIC: counting more ports than ranks would set the floor above what the run can use)."""
+    used = links["net"][:max(links["gpus"], 1)]
+    if not used:
+        return [], (f"{node}: no Active InfiniBand or RoCE port (/sys/class/infiniband): the network floor cannot "
+                    "be derived (an Ethernet NIC's speed is not read)")
+    rates = sorted({port["rate_gbps"] for port in used}, reverse=True)
+    what = " + ".join(f"{sum(1 for port in used if port['rate_gbps'] == rate)} x {rate:g} Gb/s" for rate in rates)
+    first = {"node": node, "what": f"{what} RDMA port{'s' if len(used) > 1 else ''}", "source": SOURCES["ib_sysfs"]}
+    return [{"kind": "net", "rate_gbps": port["rate_gbps"], "count": 1, **(first if i == 0 else {"node": node})}
+            for i, port in enumerate(used)], ""
+
+
+def run_floor(nodes: dict[str, dict[str, Any]], given: Optional[float] = None) -> dict[str, Any]:
+    """The busbw floor of a run over ``nodes`` (node -> node_links): {floor_gbs, bottleneck, terms, given,
+    not_applicable}, from bus_bandwidth_floor over every node's link entries.
+
+    ``floor_gbs`` is the lowest term's (``bottleneck``: that term's kind and node); None with ``not_applicable`` saying
+    why: fewer than two ranks (an all_reduce over one rank moves nothing: busbw = algbw x 2(n-1)/n = 0), or a link no
+    term can be derived for. ``given``: an operator's floor in GB/s (``--floor``), used instead of the derived one
+    (the terms are still listed).
+    """
+    ranks = sum(links["gpus"] for links in nodes.values())
+    out: dict[str, Any] = {"floor_gbs": None, "bottleneck": None, "terms": [], "given": given, "not_applicable": None}
+    if ranks < 2:
+        out["not_applicable"] = (f"{ranks} rank{'s' if ranks != 1 else ''}: an all_reduce over one GPU moves no data "
+                                 "(busbw = algbw x 2(n-1)/n = 0), so nothing can be judged; the quick read judges "
+                                 "that GPU")
+        return out
+    entries, missing = [], []
+    for node, links in nodes.items():
+        for wanted, derive in ((links["gpus"] >= 2, _intra_links), (len(nodes) > 1, _net_links)):
+            if wanted:
+                found, why = derive(node, links)
+                entries += found
+                missing += [why] if why else []
+    out["terms"] = bus_bandwidth_floor(entries)["terms"] if entries else []
+    if given is not None:
+        out.update(floor_gbs=round(float(given), 2), bottleneck={"kind": "given", "node": None})
+        return out
+    if missing:
+        out["not_applicable"] = "; ".join(missing) + " (give --floor to judge the run against a floor of your own)"
+        return out
+    slowest = min(out["terms"], key=lambda term: term["floor_gbs"])
+    out.update(floor_gbs=slowest["floor_gbs"], bottleneck={"kind": slowest["kind"], "node": slowest["node"]})
+    return out
+
+
+def bottleneck_term(floor: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """run_floor's term that sets the floor (None for a given floor or none)."""
+    want = floor.get("bottleneck") or {}
+    return next((t for t in floor.get("terms") or [] if (t["kind"], t["node"]) == (want.get("kind"), want.get("node"))),
+                None)
+
+
+def largest_size_busbw(result: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The bus bandwidth of a perf run's largest size (out-of-place or in-place, the better): {busbw, size}."""
+    rows = result.get("rows") or []
+    if not rows:
+        return None
+    biggest = max(rows, key=lambda row: row["size"])
+    return {"busbw": max(biggest["busbw_out"], biggest["busbw_in"]), "size": biggest["size"]}
+
+
+# nccl-tests prints the same table for every collective (src/common.cu): one parser reads them all.
+parse_nccl_perf = parse_all_reduce_perf
+
+
+def check_run(result: dict[str, Any], floor: dict[str, Any], collective: str = "all_reduce") -> list[dict[str, str]]:
+    """A perf run (parse_nccl_perf) that failed, saw wrong values, or whose largest size stayed below ``floor``
+    (run_floor; not judged where the floor is not applicable)."""
+    item = f"nccl.{collective}"
+    if result.get("errors") or not result.get("rows"):
+        first = (result.get("errors") or ["no result rows"])[0]
+        return [_finding(item, FAIL, f"the run failed: {first}", "a complete run",
+                         "fix the error named (a CUDA failure: driver, Fabric Manager, GPU state), then run it again",
+                         SOURCES["busbw"])]
+    wrong = sum(row["wrong"] for row in result["rows"])
+    if wrong:
+        return [_finding(item, FAIL, f"{wrong} wrong values", "0 wrong values",
+                         "run dcgmi diag -r 3 on every node; look for Xid events", SOURCES["busbw"])]
+    measured = largest_size_busbw(result)
+    if floor.get("floor_gbs") is None or measured["busbw"] >= floor["floor_gbs"]:
+        return []
+    if floor["bottleneck"]["kind"] == "given":
+        expected, source = f">= {floor['floor_gbs']:g} GB/s (--floor)", "the operator's --floor"
+    else:
+        term = bottleneck_term(floor)
+        expected = (f">= {floor['floor_gbs']:g} GB/s ({term['node']}: {term['what']}, {term['line_gbs']:g} GB/s line "
+                    f"rate x {term['efficiency']:g})")
+        source = term["source"]
+    return [_finding(f"nccl.busbw.{collective}", FAIL, f"{measured['busbw']:g} GB/s busbw at {measured['size']} bytes",
+                     expected, "find the slow node or link (health --full names it): NCCL_DEBUG=INFO for the "
+                     "transport, nvidia-smi -q for PCIe, nvidia-smi nvlink -s, ibstat", source)]
+
+
+def check_ranks(result: dict[str, Any], expected: int) -> list[dict[str, str]]:
+    """A run whose ``# Rank`` lines name another number of ranks than one per GPU of its nodes."""
+    ranks = len(result.get("ranks") or [])
+    if not result.get("rows") or not ranks or ranks == expected:
+        return []
+    return [_finding("nccl.ranks", FAIL, f"{ranks} ranks reported", f"{expected} ranks (one per GPU)",
+                     "check every node's GPUs are visible (nvidia-smi, CUDA_VISIBLE_DEVICES)", SOURCES["busbw"])]
+
+
+def check_run_transport(nccl: dict[str, Any], expected: Optional[str], gdr: bool, nvlink: bool = False,
+                        expected_text: Optional[str] = None) -> list[dict[str, str]]:
+    """What NCCL used (parse_nccl_debug) against what the nodes offer.
+
+    ``expected``: the network every node of a multi-node run offers ("IB" where each has an Active InfiniBand or RoCE
+    port, or what the operator gave with --transport; None: not judged). Another network is a failure that names both.
+    ``gdr``: GPUs and nvidia_peermem on every node, so GPUDirect RDMA is there to use: IB without it is a warning (NCCL
+    skips it where GPU and NIC are far apart). ``nvlink``: one node's GPUs share NVLink, so NCCL should go GPU to GPU
+    (P2P); only host memory (SHM) is a warning (ACS or a container without the GPUs' peer access).
+    """
+    findings: list[dict[str, str]] = []
+    if not nccl.get("version") and not nccl.get("transports"):
+        if expected or nvlink:
+            findings.append(_finding("nccl.debug", WARN, "no NCCL INFO line in the run's output",
+                                     "NCCL_DEBUG=INFO lines naming the network and transports",
+                                     "check NCCL_DEBUG is not overridden in /etc/nccl.conf or ~/.nccl.conf",
+                                     SOURCES["nccl_net"]))
+        return findings
+    used = nccl.get("network") or next((t[4:] for t in nccl.get("transports") or [] if t.startswith("NET/")), None)
+    if expected and used and used != expected:
+        said = f"NCCL used NET/{used}" + (" (NET/IB : No device found)" if nccl.get("ib_no_device") else "")
+        wanted = expected_text or f"NET/{expected}, which every node offers"
+        findings.append(_finding("nccl.transport", FAIL, said, wanted,
+                                 "make /dev/infiniband and libibverbs visible to the job (containers: --device "
+                                 "/dev/infiniband); unset NCCL_IB_DISABLE; check NCCL_IB_HCA names the Active ports",
+                                 SOURCES["nccl_net"]))
+    elif expected == "IB" and used == "IB" and gdr and not nccl.get("gdrdma"):
+        findings.append(_finding("nccl.gdrdma", WARN, "NCCL used NET/IB without GPUDirect RDMA",
+                                 "via NET/IB/<n>/GDRDMA (nvidia_peermem is loaded on every node)",
+                                 "check nvidia-smi topo -m (GPU and NIC under one PCIe switch), NCCL_NET_GDR_LEVEL, and "
+                                 "ACS on the bridges between them", SOURCES["nccl_gdr"]))
+    transports = set(nccl.get("transports") or [])
+    if nvlink and "SHM" in transports and not any(t.startswith("P2P") or t == "NVLS" for t in transports):
+        findings.append(_finding("nccl.p2p", WARN, "NCCL moved GPU-to-GPU data through host memory (SHM)",
+                                 "P2P over NVLink", "check ACS (health's pcie.acs items), NCCL_P2P_DISABLE, and that "
+                                 "a container sees every GPU", SOURCES["acs"]))
+    return findings
+
+
+# ------------------------------------------------------------------------------------------ PCIe ACS and the IOMMU
+#
+# IO virtualization (VT-d, the IOMMU) and PCI Access Control Services on the bridges between GPUs and NICs can send
+# their peer-to-peer traffic up to the CPU's root complex: slow, or a hang (SOURCES["acs"]). ``lspci -vvv`` shows the
+# ACS control register as ``ACSCtl: SrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-``
+# (SOURCES["acs_bits"]); it needs root to read a device's extended capabilities (as the login user it prints
+# ``Capabilities: <access denied>``), as does /sys/bus/pci/devices/*/config past its first 64 bytes.
+
+ACS_BITS = ("SrcValid", "TransBlk", "ReqRedir", "CmpltRedir", "UpstreamFwd", "EgressCtrl", "DirectTrans")
+# The bits that send peer-to-peer traffic up (redirect) or mark ACS as enforced (NCCL's doc: SrcValid+).
+ACS_P2P_BITS = ("SrcValid", "ReqRedir", "CmpltRedir")
+ACS_CAP_ID = 0x000D
+_LSPCI_DEVICE = re.compile(r"^((?:[0-9a-fA-F]{4,}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(.*)$")
+
+
+def parse_lspci_acs(text: str) -> dict[str, Any]:
+    """``lspci -vvv`` (``-D`` or not): {devices: {bus id: {name, acsctl: {bit: bool} | None, denied}}}.
+
+    ``acsctl`` is None where the device has no ACS capability listed; ``denied`` where lspci could not read its
+    capabilities (``Capabilities: <access denied>``: not root).
+    """
+    devices: dict[str, dict[str, Any]] = {}
+    current: Optional[dict[str, Any]] = None
+    for line in text.splitlines():
+        head = _LSPCI_DEVICE.match(line)
+        if head:
+            current = {"name": head.group(2).strip(), "acsctl": None, "denied": False}
+            devices[bus_id(head.group(1) if head.group(1).count(":") == 2 else "0000:" + head.group(1))] = current
+            continue
+        if current is None:
+            continue
+        body = line.strip()
+        if body.startswith("Capabilities:") and "<access denied>" in body:
+            current["denied"] = True
+        elif body.startswith("ACSCtl:"):
+            current["acsctl"] = {name: sign == "+" for name, sign in re.findall(r"(\w+)([+-])", body[7:])}
+    return {"devices": devices}
+
+
+def parse_pci_config_acs(config: bytes) -> Optional[dict[str, bool]]:
+    """A device's PCI config space (``/sys/bus/pci/devices/<id>/config``, read as root: 4096 bytes): its ACS control
+    bits, walking the extended capability list from 0x100; None without an ACS capability or past what was read."""
+    offset, seen = 0x100, set()
+    while 0x100 <= offset <= len(config) - 8 and offset not in seen:
+        seen.add(offset)
+        header = int.from_bytes(config[offset:offset + 4], "little")
+        if header in (0, 0xFFFFFFFF):
+            return None
+        if header & 0xFFFF == ACS_CAP_ID:
+            control = int.from_bytes(config[offset + 6:offset + 8], "little")
+            return {name: bool(control >> bit & 1) for bit, name in enumerate(ACS_BITS)}
+        offset = (header >> 20) & 0xFFC
+    return None
+
+
+def parse_cmdline_iommu(cmdline: str) -> dict[str, Optional[str]]:
+    """/proc/cmdline's IOMMU settings: {intel_iommu, amd_iommu, iommu} as written (None: not on the command line)."""
+    found: dict[str, Optional[str]] = {"intel_iommu": None, "amd_iommu": None, "iommu": None}
+    for word in cmdline.split():
+        key, dummy, value = word.partition("=")
+        if key in found:
+            found[key] = value
+    return found
+
+
+def check_iommu(cmdline: Optional[str], groups: dict[str, Optional[str]]) -> list[dict[str, str]]:
+    """The IOMMU translating the DMA of the node's GPUs and NICs: ``groups`` is device -> its IOMMU group's type
+    (identity, DMA, DMA-FQ; None: in no group, the IOMMU off for it). A warning naming the kernel's settings: VMs and
+    SR-IOV need the IOMMU, and passthrough (iommu=pt) keeps it on without translating."""
+    translated = sorted(dev for dev, kind in groups.items() if kind and kind != "identity")
+    if not translated:
+        return []
+    params = parse_cmdline_iommu(cmdline or "")
+    said = " ".join(f"{k}={v}" for k, v in params.items() if v is not None) or "no IOMMU setting"
+    kinds = sorted({groups[dev] for dev in translated})
+    return [_finding("pcie.iommu", WARN, f"IOMMU translating DMA ({', '.join(kinds)}) for {', '.join(translated)}; "
+                     f"kernel command line: {said}", "iommu=pt (passthrough) or the IOMMU off on a GPU node",
+                     "add iommu=pt to the kernel command line (GRUB_CMDLINE_LINUX, then update-grub and reboot), or "
+                     "intel_iommu=off / amd_iommu=off, or VT-d / AMD-Vi off in the BIOS where no VM or SR-IOV needs it",
+                     SOURCES["iommu"] + "; " + SOURCES["iommu_groups"])]
+
+
+def check_acs(acs: dict[str, Any], paths: dict[str, list[str]], peers: int) -> list[dict[str, str]]:
+    """ACS enabled on a bridge above a GPU or RDMA NIC (``paths``: device -> the bridges above it, root port first;
+    ``acs``: parse_lspci_acs). ``peers``: the GPUs and RDMA NICs of the node: with two or more, their peer-to-peer
+    traffic is sent up to the root complex, a failure; with one there is no peer on the node, a warning."""
+    devices = acs.get("devices") or {}
+    findings = []
+    flagged: dict[str, list[str]] = {}
+    for device, bridges in sorted(paths.items()):
+        for bridge in bridges:
+            ctl = (devices.get(bridge) or {}).get("acsctl") or {}
+            if any(ctl.get(bit) for bit in ACS_P2P_BITS):
+                flagged.setdefault(bridge, []).append(device)
+    for bridge, below in sorted(flagged.items()):
+        ctl = devices[bridge]["acsctl"]
+        on = " ".join(f"{bit}+" for bit in ACS_BITS if ctl.get(bit))
+        findings.append(_finding(
+            f"pcie.acs.{bridge}", FAIL if peers >= 2 else WARN,
+            f"ACSCtl {on} on bridge {bridge} above {', '.join(below)}", "ACS peer-to-peer redirection off (SrcValid-, "
+            "ReqRedir-, CmpltRedir-) on the bridges between GPUs and NICs",
+            f"turn IO virtualization (VT-d) or ACS off in the BIOS, or as root: setpci -s {bridge} ECAP_ACS+0x6.w=0000 "
+            "(again after every boot)", SOURCES["acs"] + "; " + SOURCES["acs_bits"]))
+    return findings

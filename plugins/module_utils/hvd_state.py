@@ -1,5 +1,6 @@
 """Readers of a node's state for hvd_node_state: one look at a node, by plain file reads (no subprocess but one
-``ssh -G`` per peer, a local process: :func:`ssh_resolved`).
+``ssh -G`` per peer, a local process: :func:`ssh_resolved`; and under Slurm a munge round trip and one question to
+slurmctld: :func:`slurm_state`).
 
 Every reader takes ``root``, the prefix the node's files are read under ("/" on a node; a fake root in tests) and
 returns items of one flat dict: key -> str, int or bool, "absent" for what is not there. Paths in values are the
@@ -185,8 +186,9 @@ def nccl_header_version(path: str) -> str:
     return ".".join(m.group(1) for m in parts) if all(parts) else ABSENT
 
 
-def components_state(root: str) -> dict:
-    """``<c>.version`` and ``<c>.home`` of cuda, cudnn, nccl (their facts) and ``nccl.header`` (nccl.h's own)."""
+def components_state(root: str, deep: bool = False) -> dict:
+    """``<c>.version`` and ``<c>.home`` of cuda, cudnn, nccl (their facts), ``nccl.header`` (nccl.h's own) and the
+    ``nccl_tests.*`` items where nccl-tests is installed (:func:`nccl_tests_state`)."""
     out = {}
     for name in ("cuda", "cudnn", "nccl"):
         fact = read_fact(root, f"hvd_{name}")
@@ -196,7 +198,34 @@ def components_state(root: str) -> dict:
     home = out["nccl.home"]
     out["nccl.header"] = (nccl_header_version(under(root, os.path.join(home, "include", "nccl.h")))
                           if home not in (ABSENT, "") else ABSENT)
+    out.update(nccl_tests_state(root, deep))
     return out
+
+
+# hvd_nccl_tests' build key, written last into its prefix (hvd_tree's marker); the prefix comes from its fact.
+NCCL_TESTS_MARKER = ".hvd-nccl-tests-key"
+
+
+def nccl_tests_state(root: str, deep: bool = False) -> dict:
+    """Where hvd_nccl_tests recorded nccl-tests (its fact names the prefix): ``nccl_tests.version`` (the fact's),
+    ``nccl_tests.key`` (the build key in the prefix) and ``nccl_tests.files``: "ok", or each file of the prefix's
+    manifest that is missing or changed, judged as hvd_tree judges it (size and modification time; ``deep``: sha256).
+    Nothing on a node without the fact (a CPU stack, a stack that asks for no nccl-tests)."""
+    fact = read_fact(root, "hvd_nccl_tests") or {}
+    where = fact.get("prefix")
+    if not isinstance(where, str) or not where.startswith("/"):
+        return {}
+    prefix = under(root, where)
+    key = read_text(os.path.join(prefix, NCCL_TESTS_MARKER))
+    manifest = read_manifest(prefix)
+    problems = [("missing", MANIFEST)] if manifest is None else []
+    for rel, want in (manifest or {}).items():
+        kind = manifest_entry_differs(os.path.normpath(os.path.join(prefix, rel)), want, deep)
+        if kind:
+            problems.append((kind, rel))
+    return {"nccl_tests.version": str(fact.get("version") or ABSENT),
+            "nccl_tests.key": key.strip() if key is not None else ABSENT,
+            "nccl_tests.files": _describe(problems)}
 
 
 def noninteractive_path(root: str) -> str:
@@ -820,6 +849,92 @@ def launch_state(root: str, user: str = "root", peers: list[str] | None = None, 
     return out
 
 
+# ------------------------------------------------------------------------------------------ Slurm
+
+SLURM_FILES = ("slurm.conf", "cgroup.conf", "gres.conf")  # hvd_slurm's, in /etc/slurm
+SLURM_TIMEOUT = 10
+# What scontrol says when slurmctld could not verify this node's munge credential, or this node slurmctld's: their
+# munge keys differ (or their clocks, by more than munge's TTL).
+MUNGE_REFUSED = ("Zero Bytes were transmitted or received", "authentication error", "Protocol authentication error",
+                 "Invalid credential")
+
+
+def _run(argv: list[str], stdin: bytes | None = None) -> tuple[int | None, str]:
+    """(exit status, output with errors) of ``argv``; status None when it could not run or took too long."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(argv, input=stdin if stdin is not None else b"", stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=SLURM_TIMEOUT, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"{argv[0]}: {exc}"
+    return proc.returncode, proc.stdout.decode("utf-8", "replace")
+
+
+def _said(text: str) -> str:
+    """A program's words, as an item holds them: the first non-empty line, printable, bounded."""
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "") or "no output"
+    return "".join(c if c.isprintable() else "?" for c in line)[:LAUNCH_LINE]
+
+
+def running(root: str, names: tuple[str, ...]) -> set[str]:
+    """Which of the process names ``names`` run on the node (/proc/<pid>/comm, readable by every user)."""
+    found = set()
+    for comm in glob.glob(os.path.join(glob.escape(under(root, "/proc")), "[0-9]*", "comm")):
+        name = (read_text(comm) or "").strip()
+        if name in names:
+            found.add(name)
+    return found
+
+
+def slurm_state(root: str, role: str, run=_run, hostname: str = "") -> dict:
+    """Where the cluster runs under Slurm (``role``: "controller" on the node that runs slurmctld, else "node"):
+
+    - ``slurm.config.<file>``: d16 of hvd_slurm's /etc/slurm/slurm.conf, cgroup.conf and gres.conf.
+    - ``slurm.slurmd`` and, on the controller, ``slurm.slurmctld``: "running" or "not running".
+    - ``slurm.munge``: "ok" when the node's munged encodes and decodes a credential and slurmctld accepts this node's
+      (the node asks it for its own record, below), else what fails. The key itself is munge's alone (0400): it is
+      judged by what it does, never read.
+    - ``slurm.node`` and ``slurm.drain``: the node as slurmctld has it (plugins/module_utils/hvd_slurm.py's judge):
+      "ok", or down or drained by Slurm itself, and why; "absent", or an operator's or hvdcluster's drain, its reason
+      and who set it (a notice).
+    """
+    from ansible_collections.hvd.cluster.plugins.module_utils import hvd_slurm  # noqa: PLC0415 - only under Slurm
+
+    out = {f"slurm.config.{name}": file_d16(under(root, f"/etc/slurm/{name}")) for name in SLURM_FILES}
+    daemons = ("slurmd", "slurmctld") if role == "controller" else ("slurmd",)
+    up = running(root, daemons)
+    out.update({f"slurm.{name}": "running" if name in up else "not running" for name in daemons})
+    out["slurm.drain"] = ABSENT
+    rc, cred = run(["munge", "-n"])
+    if rc == 0:
+        rc, said = run(["unmunge"], stdin=cred.encode())
+    else:
+        said = cred
+    if rc != 0:
+        out["slurm.munge"] = f"munged does not answer: {_said(said)}"
+        out["slurm.node"] = "not read: munged does not answer"
+        return out
+    import socket  # noqa: PLC0415 - only under Slurm
+
+    name = hostname or socket.gethostname().split(".", 1)[0]
+    rc, said = run(["scontrol", "-o", "show", "node", name])
+    if rc == 0:
+        out["slurm.munge"] = "ok"
+        out["slurm.node"], out["slurm.drain"] = hvd_slurm.judge(hvd_slurm.fields(said.strip().splitlines()[0]))
+    elif any(words in said for words in MUNGE_REFUSED):
+        out["slurm.munge"] = ("the Slurm controller refuses this node's munge credentials: its munge key is not the "
+                              f"controller's ({_said(said)})")
+        out["slurm.node"] = "not read: munge refused"
+    elif "not found" in said:
+        out["slurm.munge"] = "ok"
+        out["slurm.node"] = f"not in the controller's slurm.conf as {name}: {_said(said)}"
+    else:
+        out["slurm.munge"] = "not judged: the Slurm controller did not answer"
+        out["slurm.node"] = f"cannot reach the Slurm controller: {_said(said)}"
+    return out
+
+
 # ------------------------------------------------------------------------------------------ all of it
 
 
@@ -828,9 +943,11 @@ SECTIONS = ("os", "packages", "driver", "components", "mpi", "env", "mesh", "bas
 
 def node_state(root: str = "/", *, cluster: str, packages: list[str] | None = None, env_prefix: str = "/opt/hvd/env",
                user: str = "root", cluster_public_key: str = "", ssh_path: str = "",
-               deep: bool = False, sections: list[str] | None = None, peers: list[str] | None = None) -> dict:
+               deep: bool = False, sections: list[str] | None = None, peers: list[str] | None = None,
+               slurm: str = "") -> dict:
     """The node's state: one flat dict, sorted by key; ``sections``: only those parts (default: all); ``peers``: the
-    names the node's ``ssh`` reaches its peers by (``launch.ssh.<peer>``)."""
+    names the node's ``ssh`` reaches its peers by (``launch.ssh.<peer>``); ``slurm``: under Slurm, "controller" or
+    "node" (the ``slurm.*`` items, read with every section), "" for a cluster without it."""
     unknown = sorted(set(sections or ()) - set(SECTIONS))
     if unknown:
         raise ValueError(f"unknown sections {unknown} (known: {', '.join(SECTIONS)})")
@@ -838,7 +955,7 @@ def node_state(root: str = "/", *, cluster: str, packages: list[str] | None = No
         "os": lambda: os_state(root),
         "packages": lambda: packages_state(root, list(packages or [])),
         "driver": lambda: driver_state(root),
-        "components": lambda: components_state(root),
+        "components": lambda: components_state(root, deep),
         "mpi": lambda: mpi_state(root, ssh_path),
         "env": lambda: env_state(root, env_prefix, deep),
         "mesh": lambda: mesh_state(root, cluster, user, cluster_public_key),
@@ -849,4 +966,6 @@ def node_state(root: str = "/", *, cluster: str, packages: list[str] | None = No
     for section in SECTIONS:
         if not sections or section in sections:
             state.update(readers[section]())
+    if slurm and not sections:
+        state.update(slurm_state(root, slurm))
     return dict(sorted(state.items()))

@@ -29,6 +29,12 @@ description:
   - C(modules) - the loaded kernel modules whose name starts with nvidia (/proc/modules).
   - C(pci) - the NVIDIA PCI functions (/sys/bus/pci/devices/*/vendor 0x10de), each with C(address), C(class) and
     C(device); class 0x0300xx or 0x0302xx is a GPU, 0x068000 an NVSwitch.
+  - C(pcie_paths) - each GPU and RDMA adapter (/sys/class/infiniband/*/device) with the PCI bridges above it, root
+    port first (from its /sys/devices path); C(acs) - those bridges' ACS control bits as C(lspci -D -vvv) prints them
+    (plugins/module_utils/hvd_health.py parse_lspci_acs), null with C(acs_error) where it could not be read (the
+    extended capabilities are root's to read); C(iommu_cmdline) (/proc/cmdline) and C(iommu_groups) (each of those
+    devices' IOMMU group type, /sys/kernel/iommu_groups/<n>/type; null where it is in none). Read only where there
+    is a GPU or an RDMA adapter.
   - Runs as the login user, without sudo; reads only; supports check mode.
 options:
   quick:
@@ -74,10 +80,14 @@ import subprocess
 import time
 from typing import Any, Optional
 
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import GPU_CLASSES, nvidia_pci, rdma_devices
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import loaded_modules as fabric_loaded_modules
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import nvidia_pci
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import under
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_health import parse_ib_sysfs
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import read_text, resolve, under
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_health import (
+    parse_ib_sysfs,
+    parse_lspci_acs,
+    parse_pci_config_acs,
+)
 
 # The kernel log lines that can name a GPU or an NVSwitch (Xid, SXid and the driver's own lines): the rest of a
 # long uptime's log is not sent back.
@@ -127,6 +137,77 @@ def loaded_modules(root: str) -> tuple[Optional[list[str]], str]:
     return sorted(name for name in names if name.startswith("nvidia")), ""
 
 
+_BDF = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+ACS_ROOT = ("the bridges' ACS registers are in the PCI extended capabilities, which lspci -vvv and "
+            "/sys/bus/pci/devices/*/config show to root only: run as root, or read them with sudo lspci -vvv | grep ACSCtl")
+
+
+def pcie_paths(root: str, pci: list[dict[str, str]]) -> dict[str, list[str]]:
+    """Each NVIDIA GPU and RDMA adapter -> the PCI bridges above it, root port first: the bus ids in its /sys/devices
+    path (/sys/bus/pci/devices/<id> links there), the device's own left out."""
+    devices = [dev["address"] for dev in pci if dev.get("class", "")[:6] in GPU_CLASSES]
+    for name in rdma_devices(root):
+        address = os.path.basename(resolve(root, f"/sys/class/infiniband/{name}/device"))
+        if _BDF.match(address):
+            devices.append(address)
+    paths = {}
+    for device in sorted(set(devices)):
+        parts = resolve(root, f"/sys/bus/pci/devices/{device}").split("/")
+        paths[device] = [part for part in parts[:-1] if _BDF.match(part)]
+    return paths
+
+
+def iommu_groups(root: str, devices: list[str]) -> dict[str, Optional[str]]:
+    """Each device's IOMMU group type (identity, DMA, DMA-FQ), None where it is in no group (the IOMMU is off)."""
+    out: dict[str, Optional[str]] = {}
+    for device in devices:
+        group = resolve(root, f"/sys/bus/pci/devices/{device}/iommu_group")
+        kind = read_text(os.path.join(under(root, group), "type")) if os.path.isdir(under(root, group)) else None
+        out[device] = kind.strip() if kind else None
+    return out
+
+
+def acs_of(root: str, bridges: list[str], search: str, timeout: float) -> tuple[Optional[dict[str, Any]], str]:
+    """The ACS control bits of ``bridges``: from lspci -D -vvv, else from their config space (root only), or
+    (None, why)."""
+    if not bridges:
+        return {"devices": {}}, ""
+    text, error = run_tool(["lspci", "-D", "-vvv"], search, timeout)
+    if text:
+        found = parse_lspci_acs(text)["devices"]
+        picked = {bridge: found[bridge] for bridge in bridges if bridge in found}
+        if picked and all(dev["denied"] for dev in picked.values()):
+            return None, f"lspci -vvv as {_user()}: Capabilities: <access denied>: {ACS_ROOT}"
+        return {"devices": picked}, ""
+    devices = {}
+    for bridge in bridges:
+        try:
+            with open(under(root, f"/sys/bus/pci/devices/{bridge}/config"), "rb") as handle:
+                config = handle.read(4096)
+        except OSError:
+            continue
+        if len(config) <= 0x100:
+            return None, f"{error}; /sys/bus/pci/devices/{bridge}/config: {len(config)} bytes readable: {ACS_ROOT}"
+        devices[bridge] = {"name": "", "acsctl": parse_pci_config_acs(config), "denied": False}
+    if not devices:
+        return None, f"{error}; no bridge's /sys/bus/pci/devices/<id>/config could be read"
+    return {"devices": devices}, ""
+
+
+def pcie_state(root: str, pci: list[dict[str, str]], search: str, timeout: float) -> dict[str, Any]:
+    """pcie_paths, the bridges' ACS bits, the kernel command line and the devices' IOMMU groups: where a GPU or an
+    RDMA adapter is found (else only the empty paths)."""
+    paths = pcie_paths(root, pci)
+    if not paths:
+        return {"pcie_paths": {}, "acs": None, "acs_error": "no GPU or RDMA adapter", "iommu_cmdline": None,
+                "iommu_groups": {}}
+    acs, acs_error = acs_of(root, sorted({b for bridges in paths.values() for b in bridges}), search, timeout)
+    cmdline = read_text(under(root, "/proc/cmdline"))
+    return {"pcie_paths": paths, "acs": acs, "acs_error": acs_error,
+            "iommu_cmdline": cmdline.strip()[:4096] if cmdline is not None else None,
+            "iommu_groups": iommu_groups(root, sorted(paths))}
+
+
 def _user() -> str:
     """The login user's name (its uid where the passwd database has no entry, as in some containers)."""
     try:
@@ -150,6 +231,7 @@ def read_health(root: str, path: str, quick: bool, timeout: float) -> dict[str, 
     reading["ib"] = parse_ib_sysfs(ib_root) if os.path.isdir(ib_root) else None
     reading["modules"], reading["modules_error"] = loaded_modules(root)
     reading["pci"] = nvidia_pci(root)
+    reading.update(pcie_state(root, reading["pci"], search, timeout))
     tool("fabricmanager_active", ["systemctl", "is-active", "nvidia-fabricmanager"])  # exits 3 when not active
     tool("fabricmanager_version", ["nv-fabricmanager", "--version"])
     tool("fabricmanager_journal", ["journalctl", "-u", "nvidia-fabricmanager", "-b", "--no-pager", "-q", "-n", "200"])

@@ -33,6 +33,9 @@ description:
     which are missing and why).
   - C(cuda.version), C(cuda.home), C(cudnn.version), C(cudnn.home), C(nccl.version), C(nccl.home) (their local
     facts) and C(nccl.header) (the version nccl.h under the NCCL home says).
+  - Where ansible_local.hvd_nccl_tests names a prefix - C(nccl_tests.version), C(nccl_tests.key) (the build key in
+    the prefix) and C(nccl_tests.files) (C(ok) or what is missing or changed against the prefix's manifest; I(deep) -
+    by sha256 too).
   - C(mpi.path) (the first mpirun on I(ssh_path), resolved), C(mpi.version) (ansible_local.hvd_openmpi).
   - C(env.python) ("<real interpreter> <version>"), C(env.key), C(env.lock) (sha256 of hvd-requirements.lock),
     C(env.dist.<name>) ("<version> <digest of its RECORD>") for every distribution but Horovod, C(env.files)
@@ -53,6 +56,11 @@ description:
     for every name in I(peers) - what C(ssh -G <peer>) resolves for the user (host name, port, user, proxy, identity
     files, host key checking and files, host key alias, SendEnv, SetEnv), one option per line; the only process the
     look starts, one per peer, run as the user.
+  - With I(slurm) - C(slurm.config.<file>) (digests of /etc/slurm/slurm.conf, cgroup.conf, gres.conf),
+    C(slurm.slurmd) and on the controller C(slurm.slurmctld) (C(running) or C(not running)), C(slurm.munge) (C(ok) when
+    munged answers and slurmctld accepts this node's credentials; the key is never read), C(slurm.node) (C(ok), or
+    down or drained by Slurm itself and why) and C(slurm.drain) (an operator's or hvdcluster's drain, its reason and who
+    set it). These start C(munge), C(unmunge) and C(scontrol) as the user.
   - With I(look), also I(host), the host as the pre-flight judges it and C(plan --probe) resolves for it.
   - Reads only; supports check mode.
 options:
@@ -80,6 +88,11 @@ options:
     type: list
     elements: str
     default: []
+  slurm:
+    description: Under Slurm, C(controller) on the node that runs slurmctld, else C(node); empty - no Slurm items.
+    type: str
+    choices: ["", node, controller]
+    default: ""
   look:
     description:
       - Look at the host too (returned as I(host)). Keys, all optional - C(peers) (list of name, address, port,
@@ -138,6 +151,7 @@ def main() -> None:
             "deep": {"type": "bool", "default": False},
             "sections": {"type": "list", "elements": "str", "default": []},
             "peers": {"type": "list", "elements": "str", "default": []},
+            "slurm": {"type": "str", "default": "", "choices": ["", "node", "controller"]},
             "look": {"type": "dict"},
             "root": {"type": "path", "default": "/"},
         },
@@ -148,7 +162,7 @@ def main() -> None:
     try:
         state = node_state(p["root"], cluster=p["cluster"], packages=p["packages"], env_prefix=p["env_prefix"],
                            user=p["user"], cluster_public_key=p["cluster_public_key"], ssh_path=p["ssh_path"],
-                           deep=p["deep"], sections=p["sections"], peers=p["peers"])
+                           deep=p["deep"], sections=p["sections"], peers=p["peers"], slurm=p["slurm"])
         extra = {}
         if p["look"] is not None:
             want = p["look"]

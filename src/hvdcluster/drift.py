@@ -29,6 +29,8 @@ ROLES = [
     "hvd_cudnn",
     "hvd_nccl",
     "hvd_openmpi",
+    "hvd_slurm",
+    "hvd_nccl_tests",
     "hvd_pyenv",
     "hvd_horovod",
     "hvd_verify",
@@ -47,16 +49,22 @@ NO_RECORD_NOTE = "no desired record: compared with peers"
 # but an env rebuilt from the same inputs by an earlier version (byte caches stamped with their install time) differs
 # in its bytes, so it is held against the node's own record, where a manifest changed to vouch for an addition shows.
 PER_NODE_ITEMS = ("os.kernel", "os.machine-id", "driver.loaded", "horovod.checked", "env.manifest",
-                  "base.fabric_interface")
+                  "base.fabric_interface",
+                  # Slurm: slurmctld runs on the controller node only; gres.conf names the node's own GPUs
+                  "slurm.slurmctld", "slurm.config.gres.conf")
 PER_NODE_PREFIXES = ("gpu.",)
 
 # Items every node must share: a node whose own record is odd among its peers' records is reported.
-PEER_ITEMS = ("mpi.version", "mpi.path", "cuda.version", "cudnn.version", "driver.installed", "os.release")
-PEER_PREFIXES = ("env.", "horovod.", "nccl.", "pkg.", "launch.")
+PEER_ITEMS = ("mpi.version", "mpi.path", "cuda.version", "cudnn.version", "driver.installed", "os.release",
+              "slurm.config.slurm.conf", "slurm.config.cgroup.conf")
+PEER_PREFIXES = ("env.", "horovod.", "nccl.", "nccl_tests.", "pkg.", "launch.")
 
 # Items `check` names as a notice, never as a drift (compare leaves them out): what may well be right but deserves a
 # look. The controller's own key is one of the keys beyond the cluster's.
-NOTICE_ITEMS = {"mesh.other_keys": "keys in the login user's authorized_keys beyond the cluster's"}
+NOTICE_ITEMS = {"mesh.other_keys": "keys in the login user's authorized_keys beyond the cluster's",
+                # Slurm: a drain someone made (an operator, or hvdcluster's roll or health --drain), with who set it:
+                # theirs to lift (hvdcluster lifts its own), never a drift (plugins/module_utils/hvd_slurm.py)
+                "slurm.drain": "drained in Slurm (the reason, and who set it), left as it is"}
 
 # What every rank of a job must share: `run` launches only when these are identical on all nodes.
 GATE_ITEMS = ("env.lock", "env.key", "horovod.version", "horovod.record", "horovod.key", "mpi.version",
@@ -69,6 +77,7 @@ VALUE_WIDTH = 60
 # and cuda-drivers is the driver's, not CUDA's).
 _PKG_OWNERS = (
     (("openmpi", "libopenmpi"), "hvd_openmpi"),
+    (("slurm", "munge", "libmunge"), "hvd_slurm"),
     (("cuda-drivers",), "hvd_nvidia_driver"),
     (("nvidia-cuda-toolkit", "nvidia-cuda-", "cuda-toolkit-", "cuda-"), "hvd_cuda"),
     (("libcudnn", "nvidia-cudnn"), "hvd_cudnn"),
@@ -91,6 +100,8 @@ _PREFIX_OWNERS = (
     ("cudnn.", "hvd_cudnn"),
     ("nccl.", "hvd_nccl"),
     ("mpi.", "hvd_openmpi"),
+    ("slurm.", "hvd_slurm"),
+    ("nccl_tests.", "hvd_nccl_tests"),
     ("env.", "hvd_pyenv"),
     ("horovod.", "hvd_horovod"),
     ("mesh.", "hvd_ssh_mesh"),
@@ -254,7 +265,13 @@ def _order(order: Iterable[str] | None, *groups: Iterable[str]) -> list[str]:
 # (plugins/module_utils/hvd_fabric.py). All absent on CPU nodes and in containers. Judged on every node, recorded or
 # not, by compare (check, the fast path of up), confirm (the loop contract) and gate (run).
 SELF_EVIDENT = {"env.files": ("ok", ABSENT), "driver.next_boot": ("ok", ABSENT), "driver.persistence": ("ok", ABSENT),
-                "driver.peermem": ("ok", ABSENT), "driver.fabricmanager": ("ok", ABSENT)}
+                "driver.peermem": ("ok", ABSENT), "driver.fabricmanager": ("ok", ABSENT),
+                # Slurm (plugins/module_utils/hvd_state.slurm_state): its daemons down, munge refused by the controller,
+                # the node down or drained by Slurm itself. Judged by compare and confirm; not by run's gate, whose
+                # horovodrun over SSH does not go through Slurm.
+                "slurm.munge": ("ok", ABSENT), "slurm.slurmd": ("running", ABSENT),
+                "slurm.slurmctld": ("running", ABSENT), "slurm.node": ("ok", ABSENT)}
+NOT_GATED = ("slurm.",)
 
 
 SELF_EVIDENT_NOTE = "wrong on any node"
@@ -497,7 +514,8 @@ def gate(found: Mapping[str, Mapping[str, Any] | None], order: Sequence[str] | N
     messages = [f"{n}: no state could be read from it" for n in nodes if found.get(n) is None]
     states = [(n, found[n]) for n in nodes if found.get(n) is not None]
     messages += [f"{d.node}: {d.item} is {_show(d.found)} ({SELF_EVIDENT_NOTE}: expected {_show(d.expected)})"
-                 for n, state in states for d in self_evident(n, state)]  # type: ignore[arg-type]
+                 for n, state in states for d in self_evident(n, state)  # type: ignore[arg-type]
+                 if not d.item.startswith(NOT_GATED)]
     if len(states) < 2:
         return messages
     items = sorted({k for _, s in states for k in s if _is_gate_item(k)})  # type: ignore[union-attr]

@@ -24,7 +24,7 @@ from ansible_collections.hvd.cluster.plugins.module_utils import hvd_fabric, hvd
 from . import nodestate
 from .drift import fold
 
-HEALTH_TASK = "Read the node's health"
+HEALTH_TASK = nodestate.HEALTH_TASK  # health.yml's task, and state.yml's when `up` reads health in its loop
 FAIL, WARN = "fail", "warn"
 RECORDED = "the gpu.count the last converge recorded"
 ON_PCI = "the NVIDIA GPUs on the PCI bus"
@@ -136,7 +136,20 @@ def judge(node: str, reading: Mapping[str, Any], expected_gpus: int | None = Non
             findings += h.check_peermem(ib, reading["modules"], len(smi["gpus"]) or want)
     if nvswitches(reading):
         findings += _fabricmanager_findings(reading, smi)
+    if gpu_node:
+        findings += _pcie_findings(reading)
     return [{**finding, "node": node} for finding in findings]
+
+
+def _pcie_findings(reading: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The IOMMU translating the GPUs' and NICs' DMA, and ACS on the bridges above them (hvd_health_read's
+    pcie_paths, acs, iommu_cmdline, iommu_groups; a reading without them, from an older module, judges nothing)."""
+    h = lib()
+    paths = reading.get("pcie_paths") or {}
+    findings = h.check_iommu(reading.get("iommu_cmdline"), reading.get("iommu_groups") or {})
+    if reading.get("acs") is not None:
+        findings += h.check_acs(reading["acs"], paths, peers=len(paths))
+    return findings
 
 
 def notes(reading: Mapping[str, Any], expected_gpus: int | None = None) -> list[str]:
@@ -154,6 +167,8 @@ def notes(reading: Mapping[str, Any], expected_gpus: int | None = None) -> list[
         out.append("no NVSwitch: Fabric Manager checks skipped")
     if gpu_node and not reading.get("dcgm_diag"):
         out.append(f"dcgmi diag not run: {reading.get('dcgm_diag_error') or 'it printed nothing'}")
+    if gpu_node and reading.get("pcie_paths") and reading.get("acs") is None:
+        out.append(f"PCIe ACS not read: {reading.get('acs_error') or 'unknown'}")
     return out
 
 
@@ -224,3 +239,142 @@ def to_json(cluster: str, report: Mapping[str, Mapping[str, Any]], unreachable: 
     """The report for ``--json``."""
     return {"cluster": cluster, "nodes": dict(report), "unreachable": dict(unreachable), "log": log,
             "seconds": round(seconds, 2), "exit": exit_code(report, unreachable)}
+
+
+# ------------------------------------------------------------------------------------------ the last health, per node
+#
+# `health` and `up`'s health read record what they found, per node, on the controller beside the nodes' desired state:
+# <inventory>/state/health/<node>.json, {"quick": {...}, "full": {...}}, each {healthy, failed: [{item, found}], when,
+# by}. A quick read replaces "quick" only: a node named slow by `health --full` stays refused by `run` until a later
+# `--full` (or `up --accept`) over it passes. The records are the controller's own (0600, in a 0700 folder); the
+# texts in them came from the nodes and are printed only through progress.printable.
+
+RECORDS = "health"
+QUICK, FULL = "quick", "full"
+
+
+def records_dir(root: Path) -> Path:
+    return nodestate.state_dir(root) / RECORDS
+
+
+def _now() -> str:
+    import datetime
+
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def last(root: Path, nodes: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """node -> its last health record ({} where none, or unreadable)."""
+    import json
+
+    out = {}
+    for node in nodes:
+        try:
+            found = json.loads((records_dir(root) / f"{node}.json").read_text())
+        except (OSError, ValueError):
+            found = {}
+        out[node] = found if isinstance(found, dict) else {}
+    return out
+
+
+def record(root: Path, results: Mapping[str, Mapping[str, Any]], kind: str, by: str) -> None:
+    """Write each node's ``kind`` (QUICK or FULL) result: ``results`` is node -> {healthy, findings} (assess's shape,
+    or the full run's verdict per node); the other kind's last result is kept."""
+    import json
+    import os
+
+    if not results:
+        return
+    folder = records_dir(root)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    current = last(root, results)
+    for node, result in results.items():
+        failed = [{"item": f["item"], "found": f["found"]} for f in result.get("findings") or []
+                  if f.get("severity") == FAIL]
+        entry = {**current[node], kind: {"healthy": bool(result.get("healthy")), "failed": failed, "when": _now(),
+                                         "by": by}}
+        part = folder / f".{node}.json.part-{os.getpid()}"
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(json.dumps(entry, indent=2, sort_keys=True) + "\n")
+        os.replace(part, folder / f"{node}.json")
+
+
+def refusals(root: Path, nodes: Iterable[str]) -> list[str]:
+    """One line per node whose last health (quick or full) failed, naming each failed item: what `run` refuses."""
+    lines = []
+    for node, entry in last(root, nodes).items():
+        for kind in (QUICK, FULL):
+            result = entry.get(kind)
+            if not isinstance(result, dict) or result.get("healthy", True):
+                continue
+            failed = [f for f in result.get("failed") or [] if isinstance(f, dict)]
+            items = "; ".join(f"{f.get('item')}: {f.get('found')}" for f in failed) or "failed"
+            lines.append(f"{node}: last health ({result.get('by')}, {result.get('when')}) failed: {items}")
+    return lines
+
+
+# ------------------------------------------------------------------------------------------ health in `up`'s loop
+
+
+def readings_in(events: Iterable[dict]) -> dict[str, dict[str, Any]]:
+    """The health readings a run's events hold: playbooks/state.yml's "Read the node's health" task (hvd_state_health:
+    true, which `up` and `up --rolling` pass) answers in the same play as the read-back, one module run more a node."""
+    found, _ = nodestate.collect(events, task=HEALTH_TASK, key="reading")
+    return found
+
+
+def read_seconds(events: Iterable[dict]) -> float:
+    """How long the health read took on the slowest node (the task's duration in its events)."""
+    durations = [float((e.get("event_data") or {}).get("duration") or 0) for e in events
+                 if (e.get("event_data") or {}).get("task") == HEALTH_TASK and e.get("event") == "runner_on_ok"]
+    return round(max(durations, default=0.0), 3)
+
+
+def in_the_loop(root: Path, found: Mapping[str, Mapping[str, Any]], nodes: Iterable[str], by: str,
+                seconds: float = 0.0) -> dict[str, Any]:
+    """`up`'s health read of ``nodes`` (``found``: node -> reading, readings_in), judged and recorded: {nodes:
+    assess's report, not_ready: [lines], seconds}. A node with a failure is not ready (a warning keeps it ready); a
+    node without a reading (the read skipped, the node unreachable) is left out: the converge itself names it."""
+    scope = [n for n in nodes if n in found]
+    report = assess({n: found[n] for n in scope}, nodestate.desired(root, scope))
+    record(root, report, QUICK, by)
+    not_ready = [f"{node}: not ready: {f['item']}: {f['found']} (expected {f['expected']}) — {f['fix']}"
+                 for node in scope for f in report[node]["findings"] if f["severity"] == FAIL]
+    return {"nodes": report, "not_ready": not_ready, "seconds": seconds}
+
+
+def judge_postflight(throughput: Mapping[str, Mapping[str, Any]], readings: Mapping[str, Mapping[str, Any]]
+                     ) -> dict[str, Any]:
+    """The post-flight allreduces' bus bandwidth (hvd_verify's figures, per controller) against the floor derived from
+    the links of the nodes read (the same floors as `health --full`). Judged on GPUs only (device cuda or gpu) and
+    for a tensor of at least THRESHOLDS' busbw.large_bytes: in host memory the figure is recorded, not judged.
+    {judged: {controller: {busbw_gbs, floor_gbs, ok}}, failed: [lines], notes: [lines]}."""
+    from . import bandwidth
+
+    h = lib()
+    out: dict[str, Any] = {"judged": {}, "failed": [], "notes": []}
+    large = int(h.threshold("busbw.large_bytes")["value"])
+    for controller, figures in sorted(throughput.items()):
+        if figures.get("device") not in ("cuda", "gpu"):
+            out["notes"].append(f"post-flight {controller}: in host memory: recorded, not judged")
+            continue
+        if int(figures.get("bytes") or 0) < large:
+            out["notes"].append(f"post-flight {controller}: a tensor of {figures.get('bytes')} bytes is below the "
+                                f"{large} the floors assume (hvd_verify_throughput_bytes): recorded, not judged")
+            continue
+        links = {node: bandwidth.links_of(reading) for node, reading in readings.items()}
+        floor = h.run_floor(links)
+        if floor["floor_gbs"] is None:
+            out["notes"].append(f"post-flight {controller}: not judged: {floor['not_applicable']}")
+            continue
+        busbw = float(figures.get("busbw_gbs") or 0)
+        ok = busbw >= floor["floor_gbs"]
+        out["judged"][controller] = {"busbw_gbs": busbw, "floor_gbs": floor["floor_gbs"], "ok": ok,
+                                     "bottleneck": floor["bottleneck"]}
+        if not ok:
+            term = h.bottleneck_term(floor)
+            out["failed"].append(f"post-flight allreduce ({controller}): busbw {busbw:g} GB/s below the floor "
+                                 f"{floor['floor_gbs']:g} GB/s ({term['node']}: {term['what']} x {term['efficiency']:g})"
+                                 " — run `hvdcluster health --full` to name the slow node or link")
+    return out

@@ -47,6 +47,8 @@ from typing import Any
 
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_defaults import RUN_DIR
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_holder import holder_record, process, stale_reason
+# HEALTH_REASON: `health --drain`'s reasons (slurm.py), one of ours
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_slurm import HEALTH_REASON, OURS  # noqa: F401
 
 from .inventory import Inventory
 from .progress import printable
@@ -143,15 +145,19 @@ def orphaned_drain(node: Look, ours: str = "") -> str | None:
 
 
 def script(put: dict | None = None, drop: list[str] | tuple[str, ...] = (), slurm: str | None = None,
-           reason: str = "", adopt: list[str] | tuple[str, ...] = ()) -> str:
+           reason: str = "", adopt: list[str] | tuple[str, ...] = (), resume_prefix: str = "") -> str:
     """The command line for the node's login shell (the login user): node_records.py run by ``python3 -I``, which
     removes our files ``drop``, writes ``put`` (never over an existing file), then (``slurm``: "drain" or "resume",
     with ``reason``, on a node Slurm knows) drains or resumes it, and lists every lease and mark, the GPU compute
     processes and the Slurm jobs running there. A resume also takes back the drains of the gone rolls ``adopt``
-    (their ids, as :func:`orphaned_drain` found them)."""
+    (their ids, as :func:`orphaned_drain` found them), and with ``resume_prefix`` (one of hvdcluster's, e.g.
+    HEALTH_REASON) every drain whose reason starts with it."""
     if any(not _RUN_ID.fullmatch(run_id) for run_id in adopt):
         raise ValueError(f"not a roll id: {adopt}")
+    if resume_prefix and not resume_prefix.startswith(OURS):
+        raise ValueError(f"not a reason hvdcluster drains with: {resume_prefix!r}")
     args = {"dir": DIR, "drop": list(drop), "slurm": slurm or "", "reason": reason, "adopt": list(adopt),
+            "resume_prefix": resume_prefix,
             "put": json.dumps(put, sort_keys=True) if put is not None else None,
             "put_name": file_name(put) if put is not None else None}
     return shlex.join(["python3", "-I", "-c", NODE_SCRIPT.read_text(encoding="utf-8"), json.dumps(args)])
@@ -230,11 +236,11 @@ def slurm_fields(line: str) -> dict[str, str]:
 
 def look(inv: Inventory, hosts: list[str], *, put: dict | None = None, drop: list[str] | tuple[str, ...] = (),
          slurm: str | None = None, reason: str = "", adopt: list[str] | tuple[str, ...] = (),
-         timeout: float = 30) -> dict[str, Look]:
+         resume_prefix: str = "", timeout: float = 30) -> dict[str, Look]:
     """Run :func:`script` on every one of ``hosts`` over SSH, in parallel."""
     from .launch import on_each
 
-    answers = on_each(inv, hosts, script(put, drop, slurm, reason, adopt), timeout)
+    answers = on_each(inv, hosts, script(put, drop, slurm, reason, adopt, resume_prefix), timeout)
     return {host: Look(host, error=printable(proc, newlines=False)) if isinstance(proc, str) else
             parse(host, proc.returncode, proc.stdout, proc.stderr) for host, proc in answers.items()}
 

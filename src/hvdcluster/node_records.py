@@ -40,6 +40,7 @@ MAX_ENTRIES = 100000  # folder entries looked at
 MAX_NAMED = 20  # ignored entries named one by one; the rest are counted
 TIMEOUT = 20  # seconds for each program asked
 ROLL_REASON = "hvdcluster roll "
+OURS = "hvdcluster "  # what every reason hvdcluster drains with starts with
 
 
 def shown(text, limit=120):
@@ -276,7 +277,9 @@ def slurm(args, doc):
         line = run(["scontrol", "-o", "show", "node", node])[1].decode("utf-8", "replace").rstrip("\n")
     elif args.get("slurm") == "resume":
         ours = [r for r in [reason] + [ROLL_REASON + i for i in args.get("adopt") or [] if RUN_ID.fullmatch(i)] if r]
-        if any(" Reason=%s " % r in line or line.endswith(" Reason=" + r) for r in ours) and "DRAIN" in state:
+        prefix = args.get("resume_prefix") or ""  # every reason of one kind of ours (hvdcluster health: <item>)
+        mine = any(" Reason=%s " % r in line or line.endswith(" Reason=" + r) for r in ours)
+        if (mine or (prefix.startswith(OURS) and " Reason=" + prefix in line)) and "DRAIN" in state:
             if run(sudo + ["scontrol", "update", "nodename=" + node, "state=RESUME"])[0] != 0:
                 return fail(doc, "slurm", "cannot resume %s in Slurm (scontrol update as root: sudo -n)" % node)
             line = run(["scontrol", "-o", "show", "node", node])[1].decode("utf-8", "replace").rstrip("\n")

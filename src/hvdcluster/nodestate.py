@@ -24,6 +24,8 @@ from . import inputs
 from .inputs import digest as inputs_digest  # noqa: F401 - the callers' name for it
 
 STATE_TASK = "Read the node's state"
+# state.yml's second task (with hvd_state_health: true, which `up` passes): the quick health read in the same play.
+HEALTH_TASK = "Read the node's health"
 INPUTS = "inputs.json"
 
 
@@ -37,6 +39,8 @@ class Reading:
     log: str = ""
     seconds: float = 0.0
     looks: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> the host look, when one was asked for
+    health: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> its health reading, when one was asked for
+    health_seconds: float = 0.0  # the health read's time on the slowest node (its task's duration)
 
 
 def collect(events: Iterable[dict], looks: dict[str, dict[str, Any]] | None = None, task: str = STATE_TASK,
@@ -69,10 +73,12 @@ def collect(events: Iterable[dict], looks: dict[str, dict[str, Any]] | None = No
 
 
 def read(root: Path, limit: str | None = None, hosts: Iterable[str] = (), look: bool = False,
-         deep: bool = False) -> Reading:
+         deep: bool = False, health: bool = False) -> Reading:
     """Read every node (or ``limit``) in check mode; ``hosts``: the nodes expected to answer; ``look``: the hosts
-    themselves too (``plan --probe``); ``deep``: every env file's sha256 too (``check --deep``)."""
-    extravars = {**({"hvd_state_look": {}} if look else {}), **({"hvd_state_deep": True} if deep else {})}
+    themselves too (``plan --probe``); ``deep``: every env file's sha256 too (``check --deep``); ``health``: the quick
+    health read too, in the same play (``Reading.health``; `up`)."""
+    extravars = {**({"hvd_state_look": {}} if look else {}), **({"hvd_state_deep": True} if deep else {}),
+                 **({"hvd_state_health": True} if health else {})}
     return read_with("state.yml", root, limit, hosts, extravars)
 
 
@@ -93,7 +99,11 @@ def read_with(playbook: str, root: Path, limit: str | None, hosts: Iterable[str]
     for host in hosts:
         if host not in found and host not in missing:
             missing[host] = f"no answer (ansible-playbook rc {result.rc}; see {result.log})"
-    return Reading(found, missing, result.rc, str(result.log), time.monotonic() - start, looks)
+    health, _ = collect(events, task=HEALTH_TASK, key="reading") if task == STATE_TASK else ({}, {})
+    took = max((float((e.get("event_data") or {}).get("duration") or 0) for e in events
+                if (e.get("event_data") or {}).get("task") == HEALTH_TASK and e.get("event") == "runner_on_ok"),
+               default=0.0)
+    return Reading(found, missing, result.rc, str(result.log), time.monotonic() - start, looks, health, round(took, 3))
 
 
 def state_dir(root: Path) -> Path:

@@ -303,7 +303,7 @@ def test_a_second_full_up_from_the_bundle_changes_nothing(installed: Path, conve
 
 def test_run_launches_through_the_bastion(installed: Path, converged: dict, gapped: Path) -> None:
     code = "import horovod.torch as hvd; hvd.init(); print(f'rank={hvd.rank()} size={hvd.size()}')"
-    proc = Cli(installed, gapped)("run", "--hosts", "hosts.yaml", "-np", "2", "--", "python", "-c", code)
+    proc = Cli(installed, gapped)("run", "hosts.yaml", "-np", "2", "--", "python", "-c", code)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     assert sorted(re.findall(r"rank=\d size=2", proc.stdout)) == ["rank=0 size=2", "rank=1 size=2"], proc.stdout
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cluster.conftest import SUDO_USER, Cli, changed_tasks
+from tests.cluster.conftest import SUDO_USER, Cli, changed_tasks, run_events, task_outcomes
 from tests.conftest import ROOT, readme_golden_image
 from tests.lab import Lab, build_kernel_image
 
@@ -38,11 +38,25 @@ pytestmark = pytest.mark.containers
 NAME = "gold"
 ENV = "/opt/hvd/env"
 
+# NVIDIA's nccl-tests, which only GitHub publishes: the shared copy of the release next to the checkout
+# (../shared/sources, a `git archive` of the tag; its SOURCES.md), read in place, never copied into the repository.
+# An extra layer: where it is there the lab's stack asks for nccl-tests (stack.nccl_tests, a controller path and its
+# sha256) and the nccl-tests tests run; where it is not (a plain clone) they are skipped, saying why.
+NCCL_TESTS_SOURCE = (ROOT / ".." / "shared" / "sources" / "nccl-tests-2.19.6.tar.gz").resolve()
+NCCL_TESTS_SHA256 = "a93c09241f55985677caa5151caaa8b1fc7cd6dfa40201e2ea1534d3326c983f"
+NO_NCCL_TESTS = (f"{NCCL_TESTS_SOURCE} is not next to this checkout: only GitHub publishes nccl-tests, and the lab "
+                 "builds it from that shared copy of the release (an extra layer)")
+NCCL_TESTS_PREFIX = "/opt/hvd/nccl-tests"
+NCCL_TESTS_COMPILE = "Compile against the node's CUDA, NCCL and Open MPI (a few minutes)"
+TIMES: dict[str, float] = {}
+
 
 @pytest.fixture(scope="module")
 def lab(node_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
-    lab = Lab(NAME, 1, tmp_path_factory.mktemp(NAME), stack=yaml.safe_load(readme_golden_image())["stack"],
-              user=SUDO_USER, image=build_kernel_image())
+    stack = yaml.safe_load(readme_golden_image())["stack"]  # README's golden image, as README gives it
+    if NCCL_TESTS_SOURCE.is_file():  # and the lab's own addition: nccl-tests, from the shared copy of the release
+        stack["nccl_tests"] = {"url": str(NCCL_TESTS_SOURCE), "sha256": NCCL_TESTS_SHA256}
+    lab = Lab(NAME, 1, tmp_path_factory.mktemp(NAME), stack=stack, user=SUDO_USER, image=build_kernel_image())
     lab.up()
     yield lab
     lab.down()
@@ -56,6 +70,10 @@ def converged(installed: Path, lab: Lab, tmp_path_factory: pytest.TempPathFactor
     rc, doc, err = cli.up_json()
     print(f"\ngolden image: first up {time.monotonic() - start:.0f} s")
     assert rc == 0, err[-6000:]
+    TIMES["nccl_tests_compile_s"] = round(sum(
+        float(e["event_data"].get("duration") or 0) for e in run_events(doc["log"])
+        if e.get("event") == "runner_on_ok" and e["event_data"].get("task") == NCCL_TESTS_COMPILE), 1)
+    print(f"golden image: nccl-tests compile {TIMES['nccl_tests_compile_s']:.0f} s")
     return cli, doc
 
 
@@ -164,6 +182,52 @@ def test_a_second_up_changes_nothing(converged) -> None:
     rc, doc, err = cli.up_json()
     assert rc == 0, err[-4000:]
     assert doc["hosts"]["node1"]["changed"] == 0 and doc["fast_path"]["in_sync"] == ["node1"], doc
+
+
+NCCL_TESTS_BINARIES = ("all_reduce_perf", "all_gather_perf", "reduce_scatter_perf", "broadcast_perf", "reduce_perf",
+                       "alltoall_perf", "sendrecv_perf")
+
+
+def test_nccl_tests_is_built_once_and_every_binary_links_the_clusters_nccl_and_mpi(converged, lab: Lab) -> None:
+    if not NCCL_TESTS_SOURCE.is_file():
+        pytest.skip(NO_NCCL_TESTS)
+    cli, doc = converged
+    compiled = {e["event_data"]["host"] for e in run_events(doc["log"])
+                if e.get("event") == "runner_on_ok" and e["event_data"].get("task") == NCCL_TESTS_COMPILE}
+    assert compiled == {"node1"}, task_outcomes(doc["log"]).get(NCCL_TESTS_COMPILE)  # built, once, on one node
+    cached = sorted(p.name for p in (cli.cache / "nccl-tests").glob("nccl-tests-2.19.6-*.tar.zst"))
+    assert len(cached) == 1, cached  # published in the controller cache, keyed
+    for name in NCCL_TESTS_BINARIES:
+        linked = lab.exec(1, "ldd", f"{NCCL_TESTS_PREFIX}/bin/{name}")
+        assert linked.returncode == 0 and "not found" not in linked.stdout, (name, linked.stdout + linked.stderr)
+        # PyTorch's NCCL that hvd_nccl unpacked, and Debian's Open MPI (the cluster's), found by the dynamic linker
+        assert re.search(r"libnccl\.so\.2 => /opt/hvd/nccl/lib/libnccl\.so\.2 ", linked.stdout), (name, linked.stdout)
+        assert re.search(r"libmpi\.so\.40 => /\S+/libmpi\.so\.40 ", linked.stdout), (name, linked.stdout)
+    fact = json.loads(lab.exec(1, "cat", "/etc/ansible/facts.d/hvd_nccl_tests.fact").stdout)
+    key = lab.exec(1, "cat", f"{NCCL_TESTS_PREFIX}/.hvd-nccl-tests-key").stdout.strip()
+    assert fact == {"version": "2.19.6", "prefix": NCCL_TESTS_PREFIX, "key": key} and len(key) == 16, fact
+    licence = lab.exec(1, "grep", "-c", "NVIDIA", f"{NCCL_TESTS_PREFIX}/share/doc/nccl-tests/LICENSE.txt")
+    assert licence.returncode == 0, licence.stdout + licence.stderr  # the terms it is distributed under, beside it
+
+
+def test_a_removed_nccl_tests_binary_is_named_by_check_and_installed_again_by_up(converged, lab: Lab) -> None:
+    if not NCCL_TESTS_SOURCE.is_file():
+        pytest.skip(NO_NCCL_TESTS)
+    cli, _ = converged
+    assert lab.exec(1, "rm", f"{NCCL_TESTS_PREFIX}/bin/all_reduce_perf").returncode == 0
+    rc, doc = cli.check_json()
+    assert rc == 1, doc
+    named = _named(doc, "nccl_tests.files")
+    assert (named["found"], named["expected"]) == ("missing: bin/all_reduce_perf", "ok")
+    assert named["role"] == "hvd_nccl_tests"
+    rc, up, err = cli.up_json()
+    assert rc == 0 and up["converged"] == ["node1"], err[-4000:]
+    outcomes = task_outcomes(up["log"])
+    assert outcomes.get(NCCL_TESTS_COMPILE, {"skipped"}) == {"skipped"}, outcomes  # from the cache: nothing compiled
+    assert up["fast_path"]["repaired"] == {"node1": ["nccl_tests.files"]}, up["fast_path"]  # from hvd_nccl_tests on
+    assert lab.exec(1, "test", "-x", f"{NCCL_TESTS_PREFIX}/bin/all_reduce_perf").returncode == 0
+    rc, doc = cli.check_json()
+    assert rc == 0 and doc["drifted"] == {}, doc
 
 
 def test_the_image_blacklists_nouveau_at_boot_and_keeps_persistence_mode(converged, lab: Lab) -> None:

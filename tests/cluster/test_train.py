@@ -1,8 +1,11 @@
-"""Two nodes converged with Open MPI, one PyTorch env and Horovod, then a real training job across them.
+"""Two nodes converged with Open MPI, one PyTorch env and Horovod, under Slurm, then a real training job across them.
 
 `hvdcluster up` builds the env and the Horovod wheel once (or takes them from the controller cache that
 the molecule `horovod` scenario filled with the same inputs), and `hvdcluster run -np 4` trains with
-hvd.DistributedOptimizer: 4 ranks, 2 per node, identical parameters at the end.
+hvd.DistributedOptimizer: 4 ranks, 2 per node, identical parameters at the end. hosts.yaml names Slurm the scheduler
+(controller node1, partition debug): hvd_slurm installs real Slurm and munge (Debian's), and the same training runs
+under `srun --mpi=pmix` (`run --slurm`) and as a batch job (`run --sbatch`); `check` names a hand-edited slurm.conf and
+a replaced munge key and `up` repairs both; `health --drain` drains a node whose health fails.
 """
 
 from __future__ import annotations
@@ -28,12 +31,14 @@ pytestmark = pytest.mark.containers
 
 TRAIN = Path(__file__).with_name("train.py")
 LINE = re.compile(r"train rank=(\d+) size=(\d+) local_rank=(\d+) host=(\S+) start=(\w+) params=(\w+) loss=(\S+)")
+SCHEDULER = {"kind": "slurm", "controller": "node1", "partition": "debug"}
 
 
 @pytest.fixture(scope="module")
 def lab2(packaged_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
     stack = {"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]}}
-    lab = Lab("ct2", 2, tmp_path_factory.mktemp("ct2"), slots=2, stack=stack, user=SUDO_USER, image=packaged_image)
+    lab = Lab("ct2", 2, tmp_path_factory.mktemp("ct2"), slots=2, stack=stack, user=SUDO_USER, image=packaged_image,
+              scheduler=SCHEDULER)
     lab.up()
     share_the_cores(lab)
     yield lab
@@ -106,6 +111,8 @@ def test_health_finds_both_cpu_nodes_healthy_and_limit_reads_one(converged) -> N
 
 
 ALLREDUCE = "Allreduce over every slot of every node"
+SRUN_ALLREDUCE = "Allreduce over every slot under Slurm (srun --mpi=pmix on the Slurm controller)"
+RECONFIGURE = "Apply a changed configuration with scontrol reconfigure (running jobs go on)"
 CHECK_BUILD = "Ask Horovod what it was built with"
 
 
@@ -115,7 +122,8 @@ def test_second_up_finds_every_node_in_its_desired_state_and_converges_nothing(c
     assert doc["fast_path"]["in_sync"] == ["node1", "node2"] and doc["converged"] == [], doc
     assert all(h["changed"] == 0 and h["status"] == "up-to-date" for h in doc["hosts"].values())
     ran = {task for task, outcomes in task_outcomes(doc["log"]).items() if outcomes - {"skipped"}}
-    assert ran == {"Read the node's state"}, ran  # one read-only task per node, nothing else
+    # two read-only tasks per node, nothing else: the state the fast path compares, and health, the gate up ends with
+    assert ran == {"Read the node's state", "Read the node's health"}, ran
 
 
 def test_second_full_up_builds_nothing_and_changes_nothing(converged) -> None:
@@ -127,6 +135,9 @@ def test_second_full_up_builds_nothing_and_changes_nothing(converged) -> None:
     tasks = task_outcomes(doc["log"])
     assert tasks[ALLREDUCE] == {"skipped"} and tasks[CHECK_BUILD] == {"skipped"}, tasks
     assert tasks["Start one process per node with mpirun and collect the hostnames"] == {"ok"}
+    # Slurm too: its packages, key and files as they were, no daemon started, nothing to reconfigure or resume
+    assert tasks["Wait until every node of this run has registered with slurmctld"] == {"ok"}, tasks
+    assert tasks[RECONFIGURE] == {"skipped"} and tasks[SRUN_ALLREDUCE] == {"skipped"}, tasks
 
 
 def test_up_verify_runs_the_build_gate_and_the_allreduces_anyway(converged, lab2: Lab) -> None:
@@ -138,7 +149,8 @@ def test_up_verify_runs_the_build_gate_and_the_allreduces_anyway(converged, lab2
     assert tasks["Check every rank's sum"] == {"ok"}
     # The allreduces' own throughput, per controller: in the summary, the JSON and the fact on every node.
     throughput = doc["throughput"]
-    assert set(throughput) == {"gloo", "mpi"}, throughput
+    assert set(throughput) == {"gloo", "mpi", "srun"}, throughput  # srun: the same allreduce under srun --mpi=pmix
+    assert tasks[SRUN_ALLREDUCE] == {"ok"} and tasks["Check every rank's sum under Slurm"] == {"ok"}, tasks
     for figures in throughput.values():
         assert figures["ranks"] == 4 and figures["device"] == "cpu" and figures["bytes"] == 16 << 20, figures
         assert figures["busbw_gbs"] > 0 and figures["busbw_gbs"] == pytest.approx(figures["algbw_gbs"] * 1.5, rel=0.01)
@@ -169,6 +181,162 @@ def test_up_repairs_a_node_whose_horovod_was_removed(converged, lab2: Lab) -> No
     assert doc["fast_path"]["repaired"]["node2"] and doc["fast_path"]["in_sync"] == ["node1"]
     check = lab2.exec(2, "/opt/hvd/env/bin/horovodrun", "--check-build")
     assert check.returncode == 0 and "[X] PyTorch" in check.stdout, check.stdout + check.stderr
+
+
+# ------------------------------------------------------------------------------------------ under Slurm
+
+SINFO = ["sinfo", "-h", "-N", "-p", "debug", "-o", "%N %t"]
+END_FLAG = "/tmp/hvd-slurm-end"
+
+
+def slurm_node(lab: Lab, node: str) -> dict[str, str]:
+    """Slurm's record of a node, as `scontrol -o show node` prints it (asked on node1, the controller)."""
+    from hvdcluster.jobs import slurm_fields
+
+    proc = lab.exec(1, "scontrol", "-o", "show", "node", node)
+    assert proc.returncode == 0, proc.stderr
+    return slurm_fields(proc.stdout.strip())
+
+
+def wait_for(what: str, test, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not test():
+        assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}"
+        time.sleep(1)
+
+
+def munge_keys(lab: Lab) -> list[str]:
+    """The sha256 of each node's munge key, read as root in the container (only its digest leaves it)."""
+    return [lab.exec(i, "sha256sum", "/etc/munge/munge.key").stdout.split()[0] for i in (1, 2)]
+
+
+def test_sinfo_shows_both_nodes_idle_in_the_partition_with_one_munge_key(converged, lab2: Lab) -> None:
+    assert lab2.exec(1, *SINFO, user=SUDO_USER).stdout.split("\n")[:2] == ["node1 idle", "node2 idle"]
+    keys = munge_keys(lab2)
+    assert keys[0] == keys[1] and len(keys[0]) == 64
+    for i in (1, 2):
+        assert lab2.exec(i, "stat", "-c", "%a %U %G", "/etc/munge/munge.key").stdout.split() == ["400", "munge", "munge"]
+        assert lab2.exec(i, "sh", "-c", "apt-mark showhold | grep -qx slurmd").returncode == 0
+    made = lab2.workdir / "inventories" / "ct2" / "ssh" / "munge.key"  # made once on the controller, beside the SSH key
+    assert made.stat().st_mode & 0o777 == 0o600 and hashlib.sha256(made.read_bytes()).hexdigest() == keys[0]
+    # the key never reached a log: the run logs hold no line of it
+    logs = b"".join(path.read_bytes() for path in (lab2.workdir / "inventories" / "ct2" / "runs").rglob("*")
+                    if path.is_file())
+    assert made.read_bytes()[:24] not in logs
+
+
+def test_run_slurm_trains_on_four_ranks_under_srun_pmix_and_ends_with_identical_parameters(converged, lab2: Lab) -> None:
+    proc = converged("run", "--slurm", "-N", "2", "--ntasks-per-node", "2", "--", "python", "/srv/job/train.py")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    ranks = [LINE.search(line).groups() for line in proc.stdout.splitlines() if LINE.search(line)]
+    assert sorted(int(r[0]) for r in ranks) == [0, 1, 2, 3] and {int(r[1]) for r in ranks} == {4}
+    assert Counter(r[3] for r in ranks) == {"node1": 2, "node2": 2}
+    assert len({r[5] for r in ranks}) == 1, "ranks ended with different parameters"
+    assert {r[5] for r in ranks} != {r[4] for r in ranks}, "training did not change the parameters"
+    # every rank an MPI process that srun started and Slurm's PMIx wired up, as the login user, the env's Python
+    code = ("import getpass, os, sys, horovod.torch as hvd; hvd.init(); print(f'srun-rank {hvd.rank()} '"
+            "f'mpi={hvd.mpi_enabled()} {os.environ[\"SLURM_MPI_TYPE\"]} pmix={\"PMIX_RANK\" in os.environ} '"
+            "f'{getpass.getuser()} {sys.prefix}')")
+    proc = converged("run", "--slurm", "--", "python", "-c", code)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    seen = sorted(re.findall(r"srun-rank \d .*", proc.stdout))
+    assert seen == [f"srun-rank {r} mpi=True pmix pmix=True {SUDO_USER} /opt/hvd/env" for r in range(4)], proc.stdout
+
+
+def test_run_sbatch_submits_its_kept_script_and_the_jobs_output_is_read_back(converged, lab2: Lab) -> None:
+    code = "import horovod.torch as hvd; hvd.init(); print(f'sbatch rank={hvd.rank()} size={hvd.size()}')"
+    proc = converged("run", "--sbatch", "-N", "2", "--ntasks-per-node", "1", "--time", "10", "--", "python", "-c", code)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    job = proc.stdout.strip()
+    assert job.isdigit() and f"submitted as Slurm job {job}" in proc.stderr, proc.stdout + proc.stderr
+    [folder] = [f for f in (lab2.workdir / "inventories" / "ct2" / "runs").glob("sbatch-*")
+                if json.loads((f / "record.json").read_text())["job_id"] == job]
+    assert folder.stat().st_mode & 0o777 == 0o700 and "srun --mpi=pmix" in (folder / "job.sh").read_text()
+    wait_for(f"job {job} to end", lambda: lab2.exec(1, "squeue", "-h", "-j", job).stdout.strip() == "")
+    out = f"/home/{SUDO_USER}/hvdcluster-{job}.out"
+    texts = [lab2.exec(i, "cat", out).stdout for i in (1, 2)]  # on the job's first node
+    assert sorted(re.findall(r"sbatch rank=\d size=\d", "".join(texts))) == ["sbatch rank=0 size=2",
+                                                                              "sbatch rank=1 size=2"], texts
+
+
+def test_a_slurm_conf_edited_on_one_node_is_named_and_applied_with_reconfigure_while_a_job_runs(converged,
+                                                                                               lab2: Lab) -> None:
+    job = lab2.exec(1, "sh", "-c", f"cd /tmp && sbatch --parsable -w node2 -n 1 --wrap 'while [ ! -e {END_FLAG} ]; "
+                    "do sleep 0.5; done'", user=SUDO_USER)
+    assert job.returncode == 0, job.stderr
+    job_id = job.stdout.strip()
+    try:
+        wait_for("the job to run", lambda: "RUNNING" in lab2.exec(1, "squeue", "-h", "-j", job_id, "-o", "%T").stdout)
+        assert lab2.exec(2, "sh", "-c", "echo 'SlurmdTimeout=30' >> /etc/slurm/slurm.conf").returncode == 0
+        rc, doc = converged.check_json()
+        assert rc == 1 and list(doc["drifted"]) == ["node2"], doc
+        named = {d["item"]: d["role"] for d in doc["drifted"]["node2"]}
+        assert named == {"slurm.config.slurm.conf": "hvd_slurm"}, doc["drifted"]
+        rc, up, err = converged.up_json()
+        assert rc == 0, err[-4000:]
+        assert up["converged"] == ["node2"] and up["fast_path"]["repaired"]["node2"] == ["slurm.config.slurm.conf"]
+        assert task_outcomes(up["log"])[RECONFIGURE] == {"ok"}  # applied with scontrol reconfigure, nothing restarted
+        assert "SlurmdTimeout=30" not in lab2.exec(2, "cat", "/etc/slurm/slurm.conf").stdout
+        assert lab2.exec(1, "squeue", "-h", "-j", job_id, "-o", "%T").stdout.strip() == "RUNNING"  # the job goes on
+        assert converged.check_json()[0] == 0
+    finally:
+        lab2.exec(2, "touch", END_FLAG)
+        wait_for("the job to end", lambda: lab2.exec(1, "squeue", "-h", "-j", job_id).stdout.strip() == "")
+        lab2.exec(2, "rm", "-f", END_FLAG)
+
+
+def test_a_replaced_munge_key_is_named_by_check_and_repaired_by_up(converged, lab2: Lab) -> None:
+    """node2's key replaced and its munged started again with it (what a reinstalled munge package or a hand-made key
+    does): slurmctld refuses node2's credentials. The login user cannot read the key (0400 munge): `check` judges it by
+    what it does, never by its bytes."""
+    replace = ("head -c 128 /dev/urandom > /etc/munge/munge.key && pkill -x munged; sleep 1; "
+               "runuser -u munge -- munged")
+    assert lab2.exec(2, "sh", "-c", replace).returncode == 0
+    assert len(set(munge_keys(lab2))) == 2
+    rc, doc = converged.check_json()
+    assert rc == 1 and list(doc["drifted"]) == ["node2"], doc
+    munge = next(d for d in doc["drifted"]["node2"] if d["item"] == "slurm.munge")
+    assert munge["role"] == "hvd_slurm" and "refuses this node's munge credentials" in munge["found"], munge
+    rc, up, err = converged.up_json()
+    assert rc == 0, err[-4000:]
+    assert up["converged"] == ["node2"] and len(set(munge_keys(lab2))) == 1
+    assert converged.check_json()[0] == 0
+
+
+def test_health_drain_drains_a_failing_node_with_its_item_and_resumes_it_leaving_an_operators_drain(
+        converged, lab2: Lab) -> None:
+    """node2's health fails: a stand-in nvidia-smi on node2 (/usr/local/bin, on the login user's PATH) prints the
+    recorded `nvidia-smi -q` of an A10 with a pending row remap (tests/unit/fixtures/gpu), as test_health_cli's fake
+    tools do; nothing else on the node changes. An operator drained node1 ("bad fan") before."""
+    recorded = Path(__file__).parents[1] / "unit" / "fixtures" / "gpu" / "nvidia-smi-q_a10_535.154.05_row-remap-pending.txt"
+    subprocess.run(["docker", "cp", str(recorded), f"{lab2.container(2)}:/usr/local/share/smi-q.txt"], check=True)
+    stand_in = "#!/bin/sh\ncase \"$1\" in -q) cat /usr/local/share/smi-q.txt ;; *) exit 0 ;; esac\n"
+    assert lab2.exec(2, "sh", "-c", f"printf '{stand_in}' > /usr/local/bin/nvidia-smi && "
+                                    "chmod 755 /usr/local/bin/nvidia-smi").returncode == 0
+    assert lab2.exec(1, "scontrol", "update", "nodename=node1", "state=DRAIN", "reason=bad fan").returncode == 0
+    try:
+        proc = converged("health", "hosts.yaml", "--drain", "--json")
+        doc = json.loads(proc.stdout)
+        assert proc.returncode == 1 and not doc["nodes"]["node2"]["healthy"] and doc["nodes"]["node1"]["healthy"]
+        reason = doc["slurm"]["drained"]["node2"]
+        assert reason.startswith("hvdcluster health: gpu.") and doc["slurm"]["resumed"] == [], doc["slurm"]
+        assert doc["slurm"]["left"] == {"node1": "out of service in Slurm by someone else (bad fan): left as it is"}
+        state = slurm_node(lab2, "node2")
+        assert "DRAIN" in state["State"] and state["Reason"] == reason, state
+        # `check` names both drains as notices, never as drifts: nothing for `up` to do
+        rc, checked = converged.check_json()
+        assert rc == 0 and checked["notices"]["node1"]["slurm.drain"] == "bad fan (set by root)", checked
+        assert checked["notices"]["node2"]["slurm.drain"].startswith(reason), checked["notices"]
+        assert lab2.exec(2, "rm", "/usr/local/bin/nvidia-smi").returncode == 0  # repaired
+        proc = converged("health", "hosts.yaml", "--drain", "--json")
+        doc = json.loads(proc.stdout)
+        assert proc.returncode == 0 and doc["slurm"]["resumed"] == ["node2"], proc.stdout[-3000:]
+        assert "DRAIN" not in slurm_node(lab2, "node2")["State"]
+        assert slurm_node(lab2, "node1")["Reason"] == "bad fan"  # the operator's drain stays
+    finally:
+        lab2.exec(2, "rm", "-f", "/usr/local/bin/nvidia-smi")
+        lab2.exec(1, "scontrol", "update", "nodename=node1", "state=RESUME")
+        converged("health", "hosts.yaml", "--drain")  # a healthy record again for `run`'s gate
 
 
 # ------------------------------------------------------------------------------------------ runs cut short

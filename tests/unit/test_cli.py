@@ -15,6 +15,7 @@ import pytest
 
 from hvdcluster import cli, launch, lock, spec
 from hvdcluster.cli import runs
+from hvdcluster.drift import ROLES
 
 BAD = sorted((Path(__file__).parent / "bad_hosts").glob("*.yaml"))
 FIXTURES = Path(__file__).parent / "bad_hosts" / "fixtures"  # id_test: a private key's shape; ca.pem: a real cert
@@ -447,7 +448,7 @@ def fake_reading(monkeypatch: pytest.MonkeyPatch, found: dict, unreachable: dict
 
     calls: list = []
 
-    def read(root, limit=None, hosts=(), deep=False):
+    def read(root, limit=None, hosts=(), deep=False, health=False):  # health: the quick read `up` adds (no reading)
         calls.append((root, limit) if not deep else (root, limit, "deep"))
         return nodestate.Reading(found=found, unreachable=unreachable or {}, log="log", seconds=0.1)
 
@@ -621,7 +622,7 @@ def test_up_repairs_a_drifted_node_from_the_first_role_that_owns_its_drift(hosts
     assert doc["fast_path"] == {"in_sync": ["gpu01"], "repaired": {"gpu02": ["horovod.record"]}, "by_hand": {},
                                 "read_seconds": 0.1, "deep": False}
     assert recorded.calls == [{"playbook": "site.yml", "tags": "hvd_horovod,hvd_verify,hvd_state",
-                               "extravars": {"hvd_targets": "gpu02"}}]
+                               "extravars": {"hvd_targets": "gpu02", "hvd_state_health": True}}]
 
 
 def test_what_check_deep_finds_the_next_up_reads_deep_and_repairs_until_a_deep_read_finds_it_installed(
@@ -641,7 +642,8 @@ def test_what_check_deep_finds_the_next_up_reads_deep_and_repairs_until_a_deep_r
     assert cli.main(["up", str(hosts), "-o", str(rendered), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert calls[-1][-1] == "deep" and doc["fast_path"]["deep"] and doc["converged"] == ["gpu02"]
-    assert recorded.calls[-1]["extravars"] == {"hvd_targets": "gpu02", "hvd_pyenv_deep": True, "hvd_state_deep": True}
+    assert recorded.calls[-1]["extravars"] == {"hvd_targets": "gpu02", "hvd_pyenv_deep": True, "hvd_state_deep": True,
+                                               "hvd_state_health": True}
     assert recorded.calls[-1]["tags"].startswith("hvd_pyenv,")
     assert nodestate.deep_findings(root) == []
     fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": dict(SHARED)})
@@ -733,7 +735,7 @@ def test_up_converges_every_node_when_the_fast_path_cannot_be_trusted(hosts, ren
 @pytest.mark.parametrize(("change", "drift", "tags"), [
     ("hvd_pyenv_packages: [torch==2.13.0, six]\n", {}, "hvd_pyenv,hvd_horovod,hvd_verify,hvd_state"),
     ("hvd_pyenv_packages: [torch==2.13.0, six]\n", {"mpi.version": "4.1.2"},
-     "hvd_openmpi,hvd_pyenv,hvd_horovod,hvd_verify,hvd_state"),
+     ",".join([*ROLES[ROLES.index("hvd_openmpi"):], "hvd_state"])),  # every role from Open MPI's on
     ("hvd_fabric_interface: ib0\n", {}, "hvd_verify,hvd_state"),  # read by `run` only: the cluster proven again
 ])
 def test_up_after_a_change_of_variables_converges_every_node_from_the_first_role_that_reads_them(
@@ -750,7 +752,8 @@ def test_up_after_a_change_of_variables_converges_every_node_from_the_first_role
     assert cli.main(["up", str(hosts), "-o", str(rendered), "--json"]) == 0
     captured = capsys.readouterr()
     doc = json.loads(captured.out)
-    assert recorded.calls == [{"playbook": "site.yml", "tags": tags, "extravars": {"hvd_targets": "gpu01,gpu02"}}]
+    assert recorded.calls == [{"playbook": "site.yml", "tags": tags,
+                               "extravars": {"hvd_targets": "gpu01,gpu02", "hvd_state_health": True}}]
     assert doc["changed_inputs"] == {"variables": [change.split(":")[0]], "roles": tags.split(",")[:-1]}
     assert doc["converged"] == ["gpu01", "gpu02"] and doc["ok"]
     assert f"inputs changed since the last converge: {change.split(':')[0]}" in captured.err

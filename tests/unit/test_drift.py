@@ -198,6 +198,9 @@ def test_missing_key_reads_absent():
         ("cudnn.version", "hvd_cudnn"),
         ("nccl.header", "hvd_nccl"),
         ("mpi.path", "hvd_openmpi"),
+        ("nccl_tests.files", "hvd_nccl_tests"),
+        ("nccl_tests.key", "hvd_nccl_tests"),
+        ("nccl.version", "hvd_nccl"),
         ("env.dist.torch", "hvd_pyenv"),
         ("env.files", "hvd_pyenv"),
         ("horovod.checked", "hvd_horovod"),
@@ -518,3 +521,29 @@ def test_keys_beyond_the_clusters_are_a_notice_never_a_drift():
         f"    {controller}",
         "node2: notice: mesh.other_keys: keys in the login user's authorized_keys beyond the cluster's (not a drift):",
         f"    {controller}", "    ssh-rsa SHA256:def mallory@elsewhere"]
+
+
+NCCL_TESTS = {"nccl_tests.version": "2.19.6", "nccl_tests.key": "n" * 16, "nccl_tests.files": "ok"}
+
+
+def test_a_removed_nccl_tests_binary_is_named_and_repaired_from_hvd_nccl_tests_on():
+    desired = nodes(NODES3, **NCCL_TESTS)
+    found = nodes(NODES3, **NCCL_TESTS)
+    found["node3"]["nccl_tests.files"] = "missing: bin/all_reduce_perf"
+    report = compare(desired, found, [], order=NODES3)
+    [diff] = report.drifted["node3"]
+    assert (diff.item, diff.expected, diff.found, diff.role) == (
+        "nccl_tests.files", "ok", "missing: bin/all_reduce_perf", "hvd_nccl_tests")
+    assert report.first_role("node3") == "hvd_nccl_tests"
+    assert drift.ROLES.index("hvd_openmpi") < drift.ROLES.index("hvd_nccl_tests") < drift.ROLES.index("hvd_pyenv")
+    assert ("  nccl_tests.files: expected ok, found missing: bin/all_reduce_perf (repair: hvd_nccl_tests)"
+            in render(report))
+
+
+def test_a_node_whose_nccl_tests_build_differs_from_its_peers_records_is_named():
+    desired = nodes(NODES3, **NCCL_TESTS)
+    desired["node2"]["nccl_tests.key"] = "o" * 16  # recorded so, and still so: odd among its peers
+    report = compare(desired, {n: dict(s) for n, s in desired.items()}, [], order=NODES3)
+    [diff] = report.drifted["node2"]
+    assert (diff.item, diff.expected, diff.note, diff.role) == (
+        "nccl_tests.key", "n" * 16, drift.PEERS_NOTE, "hvd_nccl_tests")

@@ -181,3 +181,19 @@ def test_nvidia_smi_lines_become_gpus_and_odd_lines_are_dropped() -> None:
     assert gpu.hvd_nvidia_smi_gpus(lines) == [
         {"name": "NVIDIA H100 80GB HBM3", "compute_cap": "9.0", "driver": "550.54.15"},
         {"name": "NVIDIA A100-SXM4-40GB", "compute_cap": "8.0", "driver": "550.54.15"}]
+
+
+@pytest.mark.parametrize(("cc_list", "gencode"), [
+    ("80", ["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_80,code=compute_80"]),
+    # as hvd_nvidia_driver records them (sorted text), numerically ordered: the newest also as PTX
+    ("100,90, 80,90", ["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90",
+                       "-gencode=arch=compute_100,code=sm_100", "-gencode=arch=compute_100,code=compute_100"]),
+])
+def test_nvcc_builds_device_code_for_each_capability_found_and_ptx_for_the_newest(cc_list, gencode):
+    assert gpu.hvd_nvcc_gencode(cc_list) == gencode
+
+
+@pytest.mark.parametrize("cc_list", ["", "8.0", "80;rm -rf /", "sm_80", ","])
+def test_a_capability_list_that_is_not_digits_is_refused_by_name(cc_list):
+    with pytest.raises(ValueError, match="write them without the dot"):
+        gpu.hvd_nvcc_gencode(cc_list)

@@ -304,7 +304,8 @@ def test_bad_input_exits_2_before_any_node_is_read(hosts: Path, rendered: Path, 
     refused(["health", str(bad), "-o", str(rendered)], capsys, str(bad))
     refused(["health", str(hosts), "-o", str(rendered), "--limit", "gpu9"], capsys, "unknown host 'gpu9'")
     refused(["health", str(hosts), "-o", str(tmp_path / "none")], capsys, "no inventory yet")
-    refused(["health", str(hosts), "-o", str(rendered), "--full"], capsys, "not yet", "nccl-tests")
+    refused(["health", str(hosts), "-o", str(rendered), "--full", "--size", "1.5G"], capsys, "--size: '1.5G'")
+    refused(["health", str(hosts), "-o", str(rendered), "--size", "1G"], capsys, "--size: only with --full")
 
 
 def test_a_failure_exits_1_and_healthy_nodes_exit_0(hosts: Path, rendered: Path, capsys,

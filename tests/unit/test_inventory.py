@@ -284,6 +284,26 @@ def test_a_hosts_file_name_cannot_break_out_of_the_header_comment(cluster: spec.
     assert "ansible_become_exe" not in inventory.read(root).vars
 
 
+def test_nccl_tests_of_a_gpu_stack_becomes_the_roles_tarball_and_a_cpu_stack_writes_none(tmp_path: Path) -> None:
+    """stack.nccl_tests: its release, tarball and sha256 become hvd_nccl_tests_* (the role's on-switch is the url);
+    on a CPU stack, or a stack that does not ask for it, nothing is written: the role's defaults leave it off."""
+    tarball = tmp_path / "mirror" / "nccl-tests-2.19.6.tar.gz"
+    tarball.parent.mkdir()
+    tarball.write_bytes(b"tarball")
+    pin = "a93c09241f55985677caa5151caaa8b1fc7cd6dfa40201e2ea1534d3326c983f"
+    text = (f"cluster: img\nhosts: [10.0.0.1]\nstack: {{driver: '535', gpu_repo: distro, without_device: true,\n"
+            f"        nccl_tests: {{url: mirror/nccl-tests-2.19.6.tar.gz, sha256: {pin}}}}}\n")
+    gpu = spec.loads(text, str(tmp_path / "hosts.yaml"))
+    written = inventory.group_vars(gpu, compat.resolve(gpu.stack))["stack.yml"]
+    assert {k: v for k, v in written.items() if k.startswith("hvd_nccl_tests_")} == {
+        "hvd_nccl_tests_version": "2.19.6", "hvd_nccl_tests_url": str(tarball), "hvd_nccl_tests_sha256": pin}
+    assert written["hvd_gpu"] is True and written["hvd_stack"]["nccl_tests"]["url"] == str(tarball)
+    cpu = inventory.stack_vars(compat.resolve({"nccl_tests": {"url": str(tarball), "sha256": pin}}, gpu=False).stack)
+    assert cpu["hvd_gpu"] is False and not [k for k in cpu if k.startswith("hvd_nccl_tests_")]
+    none = inventory.stack_vars(compat.resolve({"driver": "535"}).stack)
+    assert not [k for k in none if k.startswith("hvd_nccl_tests_")]
+
+
 def test_the_horovod_sdist_pin_is_written_beside_the_horovod_version(cluster: spec.ClusterSpec) -> None:
     stack = inventory.group_vars(cluster, compat.resolve(cluster.stack))["stack.yml"]
     assert stack["hvd_horovod_sdist_sha256"] == "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0"

@@ -702,6 +702,60 @@ def test_keys_beyond_the_clusters_are_listed_by_fingerprint(node: Path, tmp_path
     assert look(node, cluster_public_key="")["mesh.other_keys"].count("\n") == 2  # every key then
 
 
+# ------------------------------------------------------------------------------------------ nccl-tests
+
+
+NCCL_TESTS = "/opt/hvd/nccl-tests"
+NCCL_TESTS_BINARIES = ("all_reduce_perf", "all_gather_perf", "reduce_scatter_perf")
+
+
+def install_nccl_tests(node: Path, tmp_path: Path, key: str = "ntkey789") -> Path:
+    """nccl-tests as hvd_nccl_tests installs it: its packed tree unpacked by hvd_tree at the prefix (manifest, build
+    key last), and its fact naming the prefix."""
+    from tests.unit.test_modules import UNPACK, make_archive
+
+    archive, digest = make_archive(tmp_path, {**{f"bin/{name}": f"\x7fELF {name}" for name in NCCL_TESTS_BINARIES},
+                                              "share/doc/nccl-tests/LICENSE.txt": "BSD-3-Clause\n"})
+    prefix = node / NCCL_TESTS.lstrip("/")
+    hvd_tree.unpack(str(archive), digest, str(prefix), marker_content=key,
+                    **{**UNPACK, "marker": hvd_state.NCCL_TESTS_MARKER})
+    write(node, "/etc/ansible/facts.d/hvd_nccl_tests.fact",
+          json.dumps({"version": "2.19.6", "prefix": NCCL_TESTS, "key": key}))
+    return prefix
+
+
+def test_nccl_tests_reads_its_version_build_key_and_files_where_its_fact_names_the_prefix(node: Path,
+                                                                                            tmp_path: Path) -> None:
+    assert not [key for key in look(node) if key.startswith("nccl_tests.")]  # not installed: no item at all
+    install_nccl_tests(node, tmp_path)
+    state = look(node)
+    assert {key: value for key, value in state.items() if key.startswith("nccl_tests.")} == {
+        "nccl_tests.version": "2.19.6", "nccl_tests.key": "ntkey789", "nccl_tests.files": "ok"}
+    assert look(node, sections=["components"])["nccl_tests.files"] == "ok"  # part of the components' section
+
+
+def test_a_removed_nccl_tests_binary_is_named_missing_and_an_edited_one_changed(node: Path, tmp_path: Path) -> None:
+    prefix = install_nccl_tests(node, tmp_path)
+    (prefix / "bin" / "all_reduce_perf").unlink()
+    assert look(node)["nccl_tests.files"] == "missing: bin/all_reduce_perf"
+    target = prefix / "bin" / "all_gather_perf"
+    before = target.stat()
+    target.write_bytes(b"\x7fELF all_gather_pxrf")  # same size, new time
+    assert look(node)["nccl_tests.files"] == "missing: bin/all_reduce_perf; changed: bin/all_gather_perf"
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))  # time put back: only the content tells
+    assert look(node)["nccl_tests.files"] == "missing: bin/all_reduce_perf"
+    assert look(node, deep=True)["nccl_tests.files"] == "missing: bin/all_reduce_perf; changed: bin/all_gather_perf"
+
+
+def test_a_removed_nccl_tests_prefix_reads_absent_where_its_fact_still_names_it(node: Path, tmp_path: Path) -> None:
+    prefix = install_nccl_tests(node, tmp_path)
+    shutil.rmtree(prefix)
+    state = look(node)
+    assert (state["nccl_tests.key"], state["nccl_tests.files"]) == ("absent", "missing: .hvd-manifest")
+    (node / "etc/ansible/facts.d/hvd_nccl_tests.fact").write_text('{"version": "2.19.6", "prefix": "relative/x"}')
+    assert not [key for key in look(node) if key.startswith("nccl_tests.")]  # no absolute prefix named: none read
+
+
 # ------------------------------------------------------------------------------------------ as Ansible runs it
 
 

@@ -74,3 +74,12 @@ def test_a_narrowed_or_special_up_never_takes_the_fast_path(flag: str) -> None:
     plain = {"full": False, "limit": None, "tags": None, "check": False, "verify": False}
     assert takes_fast_path(**plain)
     assert not takes_fast_path(**{**plain, flag: "gpu01" if flag in ("limit", "tags") else True})
+
+
+def test_a_removed_nccl_tests_binary_runs_hvd_nccl_tests_and_the_roles_after_it() -> None:
+    item = {"nccl_tests.files": "ok"}
+    found = {n: {**STATE, **item} for n in NAMES}
+    found["gpu02"]["nccl_tests.files"] = "missing: bin/all_reduce_perf"
+    todo = plan(drift.compare({n: {**STATE, **item} for n in NAMES}, found, [], order=NAMES), NAMES)
+    assert todo.targets == ["gpu02"] and todo.roles == drift.ROLES[drift.ROLES.index("hvd_nccl_tests"):]
+    assert todo.roles[0] == "hvd_nccl_tests" and todo.repaired == {"gpu02": ["nccl_tests.files"]}

@@ -856,6 +856,23 @@ def test_an_open_mpi_tarball_on_the_controller_is_taken_relative_to_hosts_yaml(t
     assert load(str(hosts)).stack["mpi"]["url"] == str(tmp_path / "src" / "openmpi-4.1.4.tar.xz")
 
 
+def test_nccl_tests_names_a_controller_path_or_a_mirror_and_its_sha256_with_their_lines(tmp_path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "nccl-tests-2.19.6.tar.gz").write_bytes(b"tarball")
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("cluster: lab\nhosts: [10.0.0.1]\nstack:\n  driver: '535'\n  nccl_tests:\n"
+                     "    version: '2.19.6'\n    url: src/nccl-tests-2.19.6.tar.gz\n    sha256: " + "A" * 64 + "\n")
+    spec = load(str(hosts))
+    assert spec.stack["nccl_tests"] == {"version": "2.19.6", "url": str(tmp_path / "src" / "nccl-tests-2.19.6.tar.gz"),
+                                        "sha256": "a" * 64}
+    assert {k: v for k, v in spec.stack_lines.items() if k.startswith("stack.nccl_tests")} == {
+        "stack.nccl_tests": 6, "stack.nccl_tests.version": 6, "stack.nccl_tests.url": 7, "stack.nccl_tests.sha256": 8}
+    mirror = loads("cluster: lab\nhosts: [10.0.0.1]\n"
+                   "stack: {nccl_tests: {url: 'https://mirror.example/nccl-tests-2.19.6.tar.gz'}}\n")
+    assert mirror.stack == {"nccl_tests": {"url": "https://mirror.example/nccl-tests-2.19.6.tar.gz"}}
+    assert loads("cluster: lab\nhosts: [10.0.0.1]\nstack: {nccl_tests: {}}\n").stack == {"nccl_tests": {}}
+
+
 @pytest.mark.parametrize(
     ("content", "field", "line", "message"),
     [

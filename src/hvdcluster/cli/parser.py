@@ -31,6 +31,25 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("-o", "--output", default="inventories",
                        help="folder that holds the inventory folder <cluster>/ (default: ./inventories)")
 
+    def bandwidth_options(p: argparse.ArgumentParser, what: str) -> None:  # health --full and up --accept
+        from ..bandwidth import COLLECTIVES, DEFAULT_COLLECTIVES, DEFAULT_SIZE
+
+        g = p.add_argument_group(f"bandwidth ({what}: nccl-tests over the cluster's mpirun)")
+        g.add_argument("--size", metavar="BYTES",
+                       help=f"the largest message, as nccl-tests' -e takes it (1G, 512M); sizes double from 8 bytes up "
+                       f"to it and the largest is judged (default {DEFAULT_SIZE})")
+        g.add_argument("--collectives", metavar="A,B",
+                       help=f"which of {', '.join(COLLECTIVES)} to run, comma-separated (default {DEFAULT_COLLECTIVES})")
+        g.add_argument("--gpus-per-node", type=int, metavar="N",
+                       help="ranks per node where the read cannot count the GPUs (nvidia-smi not on the login user's "
+                       "PATH, a container that hides them): N ranks on every node instead of one per GPU found")
+        g.add_argument("--floor", type=float, metavar="GBS",
+                       help="judge the bus bandwidth against this floor (GB/s) instead of the one derived from the links "
+                       "found (for links the read cannot see: Ethernet, a virtual NIC)")
+        g.add_argument("--transport", metavar="NET",
+                       help="the network NCCL must use between nodes (IB, Socket, or a plugin's name as NCCL logs it); "
+                       "default: IB where every node has an Active InfiniBand or RoCE port, else not judged")
+
     def read_only(p: argparse.ArgumentParser) -> None:  # the commands that look at nodes and change nothing
         with_output(p)
         p.add_argument("--limit", help="only these hosts: names from hosts.yaml, comma-separated (globs * ? allowed)")
@@ -66,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="install from this offline bundle only (hvdcluster bundle): apt from its local repository, "
                    "pip with --no-index; like network.bundle in hosts.yaml")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.add_argument("--accept", action="store_true",
+                   help="after a successful converge, run `health --full` over every node as the cluster's "
+                   "acceptance: exit 1 naming the slow node or link when the bus bandwidth misses its floor")
+    bandwidth_options(p, "with --accept")
     roll = p.add_argument_group("rolling changes (job-aware)")
     roll.add_argument("--rolling", action="store_true",
                       help="change the nodes a batch at a time, each only when no job runs there (hvdcluster run's "
@@ -122,7 +145,15 @@ def build_parser() -> argparse.ArgumentParser:
     depth = p.add_mutually_exclusive_group()
     depth.add_argument("--quick", action="store_true", help="leave dcgmi diag -r 1 out (the slowest read)")
     depth.add_argument("--full", action="store_true",
-                       help="not yet: the bandwidth gate (nccl-tests all_reduce_perf) is not built; exits 2")
+                       help="also measure: nccl-tests (all_reduce_perf; --collectives) over the nodes with the cluster's "
+                       "mpirun, one rank per GPU, judged against floors derived from the links found (NVLink, "
+                       "NVSwitch, PCIe, InfiniBand) and the transport NCCL used; a failing run names its slow node or "
+                       "link (pairs, then halves)")
+    bandwidth_options(p, "with --full")
+    p.add_argument("--drain", action="store_true",
+                   help="under Slurm (hosts.yaml's scheduler): drain each node whose health failed (reason "
+                   "'hvdcluster health: <item>') and resume the ones it drained once they are healthy; a drain someone "
+                   "else made is left as it is")
     p.set_defaults(func=cmd_health)
 
     p = sub.add_parser("preflight", help="run the read-only pre-flight checks on every node and report",
@@ -131,9 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
     read_only(p)
     p.set_defaults(func=cmd_preflight)
 
-    p = sub.add_parser("run", help="launch a Horovod job with horovodrun on the first node",
+    p = sub.add_parser("run", help="launch a Horovod job with horovodrun on the first node, or through Slurm",
                        usage="hvdcluster run [HOSTS] [-o OUTPUT] [--limit HOSTS] [--gloo | --mpi] [-np NP] "
-                       "[--network-interface IF] [--print] [--no-gate] -- CMD...",
+                       "[--network-interface IF] [--print] [--no-gate] -- CMD...\n"
+                       "       hvdcluster run [HOSTS] [-o OUTPUT] --slurm | --sbatch [-N NODES] "
+                       "[--ntasks-per-node K] [--time T] [--print] [--no-gate] -- CMD...",
                        description="Builds the horovodrun command line from the inventory (hosts and slots, the "
                        "env's interpreter, the fabric interface) and runs it on the first node over SSH, holding a job "
                        "lease on every node its ranks run on (hvdcluster up --rolling waits for it). The job's "
@@ -156,7 +189,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print", action="store_true", help="only print the command")
     p.add_argument("--no-gate", action="store_true",
                    help="launch even when the nodes' env, Horovod build, MPI or NCCL differ (the gate reads every node "
-                   "first and refuses such a launch)")
+                   "first and refuses such a launch), or when a node's last health (health, up) failed")
+    slurm = p.add_argument_group("through Slurm (hosts.yaml's scheduler; srun and sbatch run on its controller node)")
+    how = slurm.add_mutually_exclusive_group()
+    how.add_argument("--slurm", action="store_true",
+                     help="start every task with srun --mpi=pmix (each an MPI process: Horovod's MPI controller), the "
+                     "env active, and stay attached to the job")
+    how.add_argument("--sbatch", action="store_true",
+                     help="write a batch script (kept in the inventory's runs/), submit it with sbatch --parsable and "
+                     "print the job id")
+    slurm.add_argument("-N", "--nodes", type=int, metavar="NODES", help="nodes of the job (default: every node)")
+    slurm.add_argument("--ntasks-per-node", type=int, metavar="K",
+                       help="tasks on each node (default: its slots: hosts.yaml's, else one per GPU found)")
+    slurm.add_argument("--time", metavar="T", help="the job's time limit, as Slurm writes it (90, 01:30:00, 1-12:00:00)")
     p.set_defaults(func=cmd_run, job=[])  # the words after `--` (main cuts them off before parsing)
     # A flag is written whole: argparse would take `--out` for `--output` or a typo for the flag it begins, silently.
     for command in (parser, *sub.choices.values()):

@@ -242,7 +242,7 @@ def _read_scope(root, names: list[str], console, changed=None) -> Scope:
 
 
 def cmd_rolling(args: argparse.Namespace) -> int:
-    from .. import inputs, nodestate
+    from .. import health, inputs, nodestate
     from ..runner import check_environment
 
     console = console_for(args)
@@ -296,19 +296,23 @@ def cmd_rolling(args: argparse.Namespace) -> int:
                 tracker, result = runs.tracked_run(
                     root, cluster, console, "site.yml", events=events, tags=todo.batch_tags(number),
                     extravars={**todo.extravars, "hvd_targets": ",".join(nodes), "hvd_proof_targets": ",".join(proof),
-                               **extra})
+                               **extra, **runs.HEALTH})
                 unrepaired = runs.close_loop(root, cluster, tracker, events, desired, converged=nodes,
                                              records_current=records_current, among=proof)
             finally:
                 roll.release(nodes)
-            ok = tracker.ok and result.rc == 0 and not unrepaired
+            # The batch is proven by the quick health read too (state.yml's play): a node with a failure stops the roll.
+            ready = runs.health_tail(root, health.readings_in(events), nodes, tracker.throughput, "up --rolling",
+                                     health.read_seconds(events))
+            ok = tracker.ok and result.rc == 0 and not unrepaired and not ready["not_ready"]
             console.summary(tracker, str(result.log))
+            runs.write_health(console, ready)
             roll.timeline.append({"batch": label, "nodes": nodes, "proven_with": proof, "started": started,
                                   "ended": time.time(), "ok": ok, "log": str(result.log)})
             throughput = tracker.throughput
             if not ok:
                 why = "; ".join(unrepaired) or "; ".join(f"{f.role}: {f.task}: {f.message}" for f in tracker.failures) \
-                    or f"rc {result.rc}"
+                    or "; ".join(ready["not_ready"]) or f"rc {result.rc}"
                 roll.failed = {n: why for n in nodes}
                 break
             roll.done += nodes

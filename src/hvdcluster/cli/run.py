@@ -38,6 +38,21 @@ def _launch_gate(root: Path, hosts: list[str]) -> dict | int:
     return EXIT_FAILED
 
 
+def _health_gate(root: Path, hosts: list[str]) -> bool:
+    """Refuse (True, the nodes and items named on stderr) when the last health recorded for a node of ``hosts``
+    failed (health.refusals: <inventory>/state/health/, written by `health` and `up`'s health read)."""
+    from .. import health
+    from ..progress import printable
+
+    refused = health.refusals(root, hosts)
+    if refused:
+        print("hvdcluster: not launching: the last health of these nodes failed (run `hvdcluster health` again once "
+              "repaired, or --no-gate to launch anyway):", file=sys.stderr)
+        for line in refused:
+            print(f"  {printable(line, newlines=False)}", file=sys.stderr)  # node-supplied text: escaped
+    return bool(refused)
+
+
 def _run_hosts(args: argparse.Namespace) -> None:
     """``run``'s hosts.yaml: HOSTS like every other command; the old ``--hosts FILE`` still works, with one
     deprecation line on stderr; both at once exit 2; neither is ./hosts.yaml."""
@@ -54,7 +69,11 @@ def _run_hosts(args: argparse.Namespace) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     """Validate everything first (no node is contacted for that), then look up what only a node knows."""
     from .. import launch
+    from .scheduled import check_usage, cmd_scheduled
 
+    check_usage(args)  # horovodrun's options and Slurm's, never mixed
+    if args.slurm or args.sbatch:
+        return cmd_scheduled(args)
     _run_hosts(args)
     if args.np is not None and args.np < 1:
         raise HvdError(f"run: -np must be at least 1 (got {args.np})")
@@ -76,6 +95,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                   "job starts (shown as 1; write `slots:` in hosts.yaml to fix them)", file=sys.stderr)
         print(shlex.join(plan.argv()))
         return EXIT_OK
+    # A node whose last health (`health`, `up`'s read, `health --full`) failed takes no job: the controller's records.
+    if not args.no_gate and _health_gate(root, list(inv.hosts)):
+        return EXIT_FAILED
     # The look-ups on the nodes, once everything else is known to be right: the gate's read of every node, or
     # (--no-gate) one SSH read of the facts the roles recorded.
     found = {} if args.no_gate else _launch_gate(root, list(inv.hosts))

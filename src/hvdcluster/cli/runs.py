@@ -29,6 +29,8 @@ FULL_VERIFY = {"hvd_verify_allreduce": "always", "hvd_horovod_gate_always": True
 # up --deep (or after a `check --deep` that found something): hvd_pyenv judges the env by every file's content, and the
 # read-back that closes the loop reads it so too.
 DEEP = {"hvd_pyenv_deep": True, "hvd_state_deep": True}
+# Every converge of up (and of each roll batch) ends with the quick health read, in the read-back's play (state.yml).
+HEALTH = {"hvd_state_health": True}
 
 
 def tracked_run(root: Path, cluster: spec.ClusterSpec, console: Console, playbook: str, *,
@@ -62,12 +64,14 @@ def tracked_run(root: Path, cluster: spec.ClusterSpec, console: Console, playboo
 
 
 def drift_from_records(root: Path, names: list[str], console: Console | None = None,
-                       step: str | None = None, deep: bool = False) -> tuple[dict[str, dict | None], Any, Any] | None:
+                       step: str | None = None, deep: bool = False,
+                       health: bool = False) -> tuple[dict[str, dict | None], Any, Any] | None:
     """The fast path's look, for `up` and `up --rolling`: every node's record held against one read of every node
     (the records must be of the current inputs: the caller checks that). ``(desired, reading, report)``, or None when
     the records cannot decide: a node without a record, or one that could not be read (the caller then converges
     every node). ``step``: said (as step 1 of 2) before the read. ``deep``: every env file's content read too (what
-    that read finds is noted for the next `up`, as `check --deep` notes it)."""
+    that read finds is noted for the next `up`, as `check --deep` notes it); ``health``: the quick health read in the
+    same play (the reading's ``health``)."""
     from .. import drift, nodestate
 
     want = nodestate.desired(root, names)
@@ -75,7 +79,7 @@ def drift_from_records(root: Path, names: list[str], console: Console | None = N
         return None
     if step and console is not None:
         console.step(1, 2, step + (" (deep: every env file's content)" if deep else ""))
-    reading = nodestate.read(root, hosts=names, deep=deep)
+    reading = nodestate.read(root, hosts=names, deep=deep, health=health)
     if reading.unreachable:
         return None
     report = drift.compare(want, reading.found, [])
@@ -108,21 +112,46 @@ def close_loop(root: Path, cluster: spec.ClusterSpec, tracker: Tracker, events: 
     return drift.unrepaired_lines(report)
 
 
+def health_tail(root: Path, readings: dict[str, dict], nodes: list[str], throughput: dict, by: str,
+                seconds: float = 0.0) -> dict[str, Any]:
+    """The quick health read that ends `up` (health.in_the_loop: judged and recorded for `run`) and the post-flight's
+    throughput against the floors of the links read (health.judge_postflight): {nodes, not_ready, seconds,
+    postflight}; ``not_ready`` holds a line per failure (a node's, or the post-flight below its floor)."""
+    from .. import health
+
+    looked = health.in_the_loop(root, readings, nodes, by, seconds)
+    post = health.judge_postflight(throughput, {n: readings[n] for n in nodes if n in readings})
+    return {**looked, "not_ready": looked["not_ready"] + post["failed"], "postflight": post}
+
+
+def write_health(console: Console, health: dict[str, Any] | None) -> None:
+    if not health or not health["nodes"]:
+        return
+    ready = [n for n, h in health["nodes"].items() if h["healthy"]]
+    console.write(f"Health (quick read, {health['seconds']:.2f} s): {len(ready)} of {len(health['nodes'])} nodes ready")
+    for line in health["not_ready"]:
+        console.write(f"  {line}")
+    for line in health["postflight"]["notes"]:
+        console.write(f"  note {line}")
+
+
 def finish(args: argparse.Namespace, console: Console, cluster: spec.ClusterSpec, root: Path, tracker: Tracker,
-           result: Any, extra: dict | None = None, unrepaired: list[str] | None = None) -> int:
+           result: Any, extra: dict | None = None, unrepaired: list[str] | None = None,
+           health: dict[str, Any] | None = None) -> int:
     console.summary(tracker, str(result.log))
     if unrepaired:
         console.write("Not repaired (read back after the converge with the reader `check` uses):")
         for line in unrepaired:
             console.write(f"  {line}")
+    write_health(console, health)
     problem = bastion_problem(cluster, root) if any(h.unreachable for h in tracker.hosts.values()) else ""
     if problem:
         console.write(f"nodes unreachable: {problem}")
     if args.json:
         dump_json(sys.stdout, {"cluster": cluster.cluster, "inventory": str(root), "rc": result.rc,
                                "log": str(result.log), **tracker.as_dict(), "not_repaired": list(unrepaired or []),
-                               **(extra or {})})
-    if tracker.ok and result.rc == 0 and not unrepaired:
+                               **(extra or {}), **({"health": health} if health is not None else {})})
+    if tracker.ok and result.rc == 0 and not unrepaired and not (health or {}).get("not_ready"):
         return EXIT_OK
     if not tracker.failures and not unrepaired:
         console.write(f"ansible-playbook ended with rc {result.rc} ({result.status}): see {result.log}")
@@ -151,9 +180,9 @@ def converge(args: argparse.Namespace, playbook: str, what: str, command: str) -
         check = getattr(args, "check", False)
         mode = " (check mode: nothing is changed)" if check else ""
         console.step(3, 3, f"{what} playbooks/{playbook}{mode}")
-        extravars = {**(FULL_VERIFY if getattr(args, "verify", False) else {}),
-                     **(DEEP if getattr(args, "deep", False) else {})} or None
         converging = playbook == "site.yml" and not check
+        extravars = {**(FULL_VERIFY if getattr(args, "verify", False) else {}),
+                     **(DEEP if getattr(args, "deep", False) else {}), **(HEALTH if converging else {})} or None
         names = [h.name for h in cluster.hosts]
         desired = nodestate.desired(root, names) if converging else {}
         inputs = nodestate.inputs_digest(root) if converging else ""
@@ -174,7 +203,13 @@ def converge(args: argparse.Namespace, playbook: str, what: str, command: str) -
                 nodestate.record_inputs(root, nodestate.inputs_digest(root))  # the fast path's reference
     extra = {"converged": [h for h, s in tracker.hosts.items() if (s.ok or s.changed) and s.ended_well]
              } if playbook == "site.yml" else {}
-    return finish(args, console, cluster, root, tracker, result, extra, unrepaired)
+    ready = None
+    if converging:
+        from .. import health
+
+        ready = health_tail(root, health.readings_in(events), names, tracker.throughput, "up",
+                            health.read_seconds(events))
+    return finish(args, console, cluster, root, tracker, result, extra, unrepaired, ready)
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:

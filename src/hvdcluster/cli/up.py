@@ -9,6 +9,7 @@ import sys
 import dataclasses
 
 from .. import lock
+from ..errors import HvdError
 from ..progress import dump_json, transfer_report
 from . import repair, rolling, runs
 from .common import EXIT_FAILED, EXIT_OK, check_output, console_for, inventory_root, load_and_resolve, render
@@ -41,7 +42,8 @@ def _fast_path(args: argparse.Namespace) -> int | None:
         # Deep when asked, or while a deep read (check --deep) found env files changed in content only.
         deep = args.deep or any(n in names for n in nodestate.deep_findings(root))
         looked = runs.drift_from_records(root, names, console,
-                                         step=f"read every node's state ({len(names)} nodes, read-only)", deep=deep)
+                                         step=f"read every node's state ({len(names)} nodes, read-only)", deep=deep,
+                                         health=True)
         if looked is None:
             return None
         want, reading, report = looked
@@ -50,6 +52,10 @@ def _fast_path(args: argparse.Namespace) -> int | None:
         if not report.drifted:
             console.write(f"  {drift.render(report)}")
             console.write(f"every node is in its desired state (read in {reading.seconds:.1f} s): nothing to converge")
+            # read in the same play as the state
+            ready = runs.health_tail(root, reading.health, names, {}, "up", reading.health_seconds)
+            runs.write_health(console, ready)
+            rc = EXIT_FAILED if ready["not_ready"] else EXIT_OK
             if args.json:
                 dump_json(sys.stdout, {"cluster": cluster.cluster, "inventory": str(root), "rc": 0, "log": reading.log,
                                        "ok": True, "hosts": {n: {"status": "up-to-date", "ok": 0, "changed": 0,
@@ -57,8 +63,8 @@ def _fast_path(args: argparse.Namespace) -> int | None:
                                                              for n in names},
                                        "failures": [], "notices": {}, "preflight": {},
                                        "transfers": transfer_report([]), "fast_path": fast,
-                                       "converged": [], "not_repaired": []})
-            return EXIT_OK
+                                       "converged": [], "not_repaired": [], "health": ready})
+            return rc
         console.write(drift.render(report))
         for node in todo.reinstalled:
             console.write(f"  {node}: reinstalled since its last converge ({drift.REINSTALLED} changed): the "
@@ -113,12 +119,12 @@ def _converge_and_prove(args: argparse.Namespace, console, cluster, root, todo: 
     every node read back against what it must be (the loop contract: ``records_current``, against its own record;
     else, the inputs having changed, against its peers), and the inputs recorded as ``digest`` only when all of it
     ended well (forgotten meanwhile: a run cut short is not taken for a converge)."""
-    from .. import nodestate
+    from .. import health, nodestate
 
     nodestate.forget_inputs(root)
     events: list[dict] = []
     tracker, result = runs.tracked_run(root, cluster, console, "site.yml", tags=todo.tags,
-                                       extravars=todo.extravars, events=events)
+                                       extravars={**todo.extravars, **runs.HEALTH}, events=events)
     # A repair changes its targets only; a change of inputs, every node its roles ran on.
     converged = todo.targets if records_current else [h for h, s in tracker.hosts.items()
                                                       if (s.ok or s.changed) and not s.unreachable]
@@ -130,11 +136,82 @@ def _converge_and_prove(args: argparse.Namespace, console, cluster, root, todo: 
     if todo.deep:  # read back deep: a repaired node's env is as installed, byte for byte
         nodestate.note_deep_findings(root, found=[line.split(":", 1)[0] for line in unrepaired
                                                   if ": env.files:" in line], cleared=converged)
+    ready = runs.health_tail(root, health.readings_in(events), [h.name for h in cluster.hosts], tracker.throughput,
+                             "up", health.read_seconds(events))
     return runs.finish(args, console, cluster, root, tracker, result,
-                       {**extra, "converged": [n for n in todo.targets if tracker.hosts[n].ended_well]}, unrepaired)
+                       {**extra, "converged": [n for n in todo.targets if tracker.hosts[n].ended_well]}, unrepaired,
+                       ready)
+
+
+def _accepted(args: argparse.Namespace) -> int:
+    """`up --accept`: the converge as `up` does it, then, when it ended well, `health --full` over every node as the
+    cluster's acceptance (exit 1 naming the culprit). With --json the converge's document gains "acceptance"."""
+    import contextlib
+    import io
+    import json
+
+    from .health import check_bandwidth_options
+
+    settings = check_bandwidth_options(args, True, "--accept")
+    clash = [f"--{k}" for k in ("check", "rolling", "tags") if getattr(args, k, None)]
+    if clash:
+        raise HvdError(f"--accept: not with {', '.join(clash)} (the acceptance measures a cluster converged in full)")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out) if args.json else contextlib.nullcontext():
+        rc = _converge(args)
+    doc = json.loads(out.getvalue()) if args.json and out.getvalue().strip() else None
+    console = console_for(args)
+    full = None
+    if rc == EXIT_OK:
+        full = _acceptance(args, console, settings)
+        rc = EXIT_FAILED if full is None or full.get("refused") or not full["passed"] else EXIT_OK
+    else:
+        console.write("acceptance not run: the converge did not end well")
+    if doc is not None:
+        dump_json(sys.stdout, {**doc, "acceptance": full})
+    return rc
+
+
+def _acceptance(args: argparse.Namespace, console, settings) -> dict | None:
+    """Read every node's health (quick) and measure (health --full); the report to the console."""
+    from .. import bandwidth, health, spec
+    from .common import existing_inventory
+    from .health import measure
+
+    cluster = spec.load(args.hosts)
+    root = existing_inventory(args, cluster)
+    names = [h.name for h in cluster.hosts]
+    console.step(1, 1, f"acceptance: nccl-tests over {len(names)} nodes (health --full)")
+    with lock.hold(root, "up --accept"):
+        reading = health.read(root, args.limit, hosts=[] if args.limit else names, quick=True)
+        scope = [n for n in names if n in reading.found]
+        for node, why in reading.unreachable.items():
+            console.write(f"  {node}: not read: {why}")
+        if reading.unreachable:
+            return None
+        full = measure(root, scope, reading.found, settings, "up --accept", console.write)
+    if not full.get("refused"):
+        for line in bandwidth.render(full).splitlines():
+            console.write(line)
+    if full["applicable"] and full["passed"]:
+        console.write(f"accepted: every run met its floor ({len(full['runs'])} runs in {full['seconds']:.1f} s)")
+    elif full["applicable"]:
+        culprit = full["culprit"] or {}
+        console.write(f"not accepted: {', '.join(culprit.get('nodes', [])) or 'the cluster'} "
+                      f"({culprit.get('kind', 'run')}): {culprit.get('why', '')}")
+    return full
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    if getattr(args, "accept", False):
+        return _accepted(args)
+    from .health import check_bandwidth_options
+
+    check_bandwidth_options(args, False, "--accept")  # an acceptance option without --accept: exit 2
+    return _converge(args)
+
+
+def _converge(args: argparse.Namespace) -> int:
     if getattr(args, "rolling", False):
         return rolling.cmd_rolling(args)
     rolling.check_arguments(args, [])  # a rolling option without --rolling: exit 2

@@ -14,7 +14,7 @@ from .draft import _conflicts, _draft, _Draft, _involving_the_user, _is_gpu, _pa
 from .matrix import _Catalog, _matrix
 from .model import Conflict, NodeInfo, Plan, ResolveError
 from .search import _Filler
-from .versions import _listing, _mm
+from .versions import _listing, _mm, _newest_first
 
 DEFAULT_PREFIX = ENV_PREFIX  # python.prefix when hosts.yaml gives none
 _PIP_NAMES = {"pytorch": "torch", "tensorflow": "tensorflow"}
@@ -68,6 +68,49 @@ def _mpi_source_needs_version(mpi: dict, source: str, draft: _Draft, lines: Mapp
             )
         ]
     return []
+
+
+def _nccl_tests(stack: dict, draft: _Draft, cat: _Catalog,
+                lines: Mapping[str, int]) -> tuple[dict | None, list[Conflict]]:
+    """stack.nccl_tests, asked for by writing it: built on a stack with a GPU and NCCL only (a note says why not
+    elsewhere), from the tarball its url names, checked by its sha256. Only GitHub publishes the release, as a tag
+    whose tarball's bytes depend on who made it: the matrix pins the sha256 per tarball source, and a stack without
+    url and sha256 is refused, saying what to give (GitHub's own tarball has no pin here)."""
+    given = stack.get("nccl_tests")
+    if given is None:
+        return None, []
+    rows = cat.m.get("nccl_tests") or []
+    version = str(given.get("version") or _newest_first(row["version"] for row in rows)[0])
+    if not draft.values["gpu"] or not draft.values.get("nccl"):
+        why = "a CPU-only stack has no GPU" if not draft.values["gpu"] else "the stack has no NCCL"
+        draft.notes.append(f"nccl_tests: not built ({why} for nccl-tests to measure)")
+        return None, []
+    row = next((row for row in rows if row["version"] == version), None)
+    source = row["source"] if row else cat.m["sources"]["nccl_tests"]
+    missing = [key for key in ("url", "sha256") if not given.get(key)]
+    if missing:
+        line = lines.get("stack.nccl_tests")
+        pins = "; ".join(f"a `{t['made_by']}` tarball has sha256 {t['sha256']}"
+                         for t in (row or {}).get("tarballs", ()))
+        message = (f"nccl-tests {version} is published only on GitHub, whose tag tarball has no sha256 pinned here:"
+                   " point stack.nccl_tests.url at your mirror or a local copy of the release and"
+                   f" stack.nccl_tests.sha256 at its digest{f' ({pins})' if pins else ''}")
+        given_line = lines.get("stack.nccl_tests.version")
+        shown = f"stack.nccl_tests.version={version}" + (f" (line {given_line})" if given_line else
+                                                          "" if "version" in given else " (default)")
+        return None, [Conflict("nccl-tests-needs-tarball", message, (shown, f"stack.nccl_tests.{missing[0]}=(unset)"),
+                               source, f"{draft.path}:{line}" if line else "")]
+    sha256 = str(given["sha256"]).lower()
+    pinned = next((t for t in (row or {}).get("tarballs", ()) if t["sha256"] == sha256), None)
+    if pinned:
+        why = f"its sha256 is the one pinned for a `{pinned['made_by']}` tarball of commit {row['commit'][:12]}"
+    elif row:
+        why = "its sha256 is stack.nccl_tests.sha256 (not one the version data pins for this release)"
+    else:
+        known = ", ".join(_newest_first(r["version"] for r in rows))
+        why = f"not a release the version data lists (known: {known}); its sha256 is stack.nccl_tests.sha256"
+    draft.notes.append(f"nccl_tests: {version} built from stack.nccl_tests.url ({why})")
+    return {"version": version, "url": given["url"], "sha256": sha256}, []
 
 
 def _range_notes(cat: _Catalog, draft: _Draft) -> list[str]:
@@ -192,6 +235,8 @@ def resolve(
 
     conflicts += _unknowns(cat, draft, node, os_row) + _involving_the_user(draft, _conflicts(cat, draft))
     conflicts += _mpi_source_needs_version(mpi, cat.m["sources"]["horovod_install"], draft, lines)
+    nccl_tests, refused = _nccl_tests(stack, draft, cat, lines)
+    conflicts += refused
     if conflicts:
         raise ResolveError(conflicts)
 
@@ -209,5 +254,6 @@ def resolve(
         "mpi": mpi,
         "python": python,
         "horovod": horovod,
+        **({"nccl_tests": nccl_tests} if nccl_tests else {}),
     }
     return Plan(resolved, tuple(notes), tuple(p["name"] for p in patches))

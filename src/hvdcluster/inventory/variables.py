@@ -114,7 +114,7 @@ def group_vars(spec: ClusterSpec, plan: Plan | None = None) -> dict[str, dict[st
     net = spec.network
     return {
         "cluster.yml": {"hvd_cluster_name": spec.cluster, "hvd_set_hostname": spec.set_hostname,
-                        "hvd_members": members(spec)},
+                        "hvd_members": members(spec), **scheduler_vars(spec)},
         "ssh.yml": ssh,
         "network.yml": {
             "hvd_base_ca_bundle": canonical(net.ca_bundle),
@@ -128,6 +128,26 @@ def group_vars(spec: ClusterSpec, plan: Plan | None = None) -> dict[str, dict[st
         "stack.yml": {"hvd_stack": redact.redact_data(stack), **stack_vars(stack, plan.patches if plan else ()),
                       **(preflight_vars(stack) if plan else {}), **bundled_tarball(stack, net.bundle)},
     }
+
+
+def scheduler_vars(spec: ClusterSpec) -> dict[str, Any]:
+    """hosts.yaml's ``scheduler:`` as the playbooks read it (site.yml runs hvd_slurm only where hvd_scheduler is set)
+    and the role variables taken from it; {} without a scheduler."""
+    sched = spec.scheduler
+    if sched is None:
+        return {}
+    return {"hvd_scheduler": {"kind": sched.kind, "controller": sched.controller, "partition": sched.partition},
+            "hvd_slurm_controller": sched.controller, "hvd_slurm_partition": sched.partition,
+            "hvd_openmpi_slurm": True}
+
+
+VAR_DOCS.update({
+    "hvd_scheduler": "The workload manager (hosts.yaml scheduler): site.yml runs hvd_slurm only where it is set;\n"
+    "`hvdcluster run --slurm/--sbatch` launch through it.",
+    "hvd_slurm_controller": "= hvd_scheduler.controller: the node that runs slurmctld (and srun/sbatch for `run`).",
+    "hvd_slurm_partition": "= hvd_scheduler.partition: the partition every node is in.",
+    "hvd_openmpi_slurm": "Open MPI built from source speaks Slurm's PMIx (--with-slurm, Debian's libpmix).",
+})
 
 
 def canonical(path: str | None) -> str:
@@ -191,6 +211,9 @@ STACK_VARS: dict[tuple[str, ...], str] = {
     ("mpi", "source"): "hvd_openmpi_source",
     ("mpi", "url"): "hvd_openmpi_url",
     ("mpi", "sha256"): "hvd_openmpi_sha256",
+    ("nccl_tests", "version"): "hvd_nccl_tests_version",
+    ("nccl_tests", "url"): "hvd_nccl_tests_url",
+    ("nccl_tests", "sha256"): "hvd_nccl_tests_sha256",
     ("python", "manager"): "hvd_pyenv_manager",
     ("python", "version"): "hvd_pyenv_python",
     ("python", "prefix"): "hvd_pyenv_prefix",

@@ -30,8 +30,8 @@ from .document import NOT_WITH_BUNDLE, load, loads
 from .files import MAX_CA_BUNDLE_BYTES
 from .hostkeys import MAX_KNOWN_HOSTS_BYTES, host_matches, known_hosts_name, parse_known_hosts
 from .loader import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES, FileProblem, read_regular_file
-from .model import ClusterSpec, HostSpec, JumpSpec, KnownHost, KnownHostsFile, NetworkSpec, SshSpec
+from .model import ClusterSpec, HostSpec, JumpSpec, KnownHost, KnownHostsFile, NetworkSpec, SchedulerSpec, SshSpec
 from .values import SYSTEM_FOLDERS, SYSTEM_TREES
 
-__all__ = ["ClusterSpec", "HostSpec", "JumpSpec", "KnownHost", "NetworkSpec", "SshSpec", "host_matches",
+__all__ = ["ClusterSpec", "HostSpec", "JumpSpec", "KnownHost", "NetworkSpec", "SchedulerSpec", "SshSpec", "host_matches",
            "load", "loads", "parse_known_hosts"]

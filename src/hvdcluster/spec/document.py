@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -10,10 +11,10 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from ..errors import SpecError
 from .conda import _channel, _conda_channel, _conda_spec, _environment_file
-from .files import _ca_bundle, _existing_directory, _existing_file, _private_key, _tarball
+from .files import _ca_bundle, _existing_directory, _existing_file, _plain_tarball, _private_key, _tarball
 from .hostkeys import _host_key, _known_hosts, _pins, known_hosts_name
 from .loader import _SEQ, MAX_FILE_BYTES, FileProblem, _check_expansion, _compose, _Context, read_regular_file
-from .model import ClusterSpec, HostSpec, JumpSpec, KnownHostsFile, NetworkSpec, SshSpec
+from .model import ClusterSpec, HostSpec, JumpSpec, KnownHostsFile, NetworkSpec, SchedulerSpec, SshSpec
 from .names import _address, _address_key, _host_name, _name_for_address
 from .schema import (
     _boolean,
@@ -25,6 +26,7 @@ from .schema import (
     _join,
     _list_of,
     _mapping_node,
+    _matching,
     _section,
     _Validator,
 )
@@ -78,7 +80,7 @@ def loads(text: str, path: str = "<string>") -> ClusterSpec:
 # --------------------------------------------------------------------------------------------- sections
 
 
-_TOP_KEYS = ("cluster", "ssh", "hosts", "stack", "network", "set_hostname")
+_TOP_KEYS = ("cluster", "ssh", "hosts", "stack", "network", "set_hostname", "scheduler")
 _SSH_KEYS = ("user", "port", "identity", "become", "proxy_jump", "known_hosts")
 _JUMP_KEYS = ("host", "port", "user", "identity", "host_key")
 _HOST_KEYS = ("name", "address", "port", "fabric_address", "fabric_port", "slots", "host_key")
@@ -133,6 +135,9 @@ _stack = _section(
                 "sha256": _sha256,
             }
         ),
+        # NVIDIA's nccl-tests, built where the stack has NCCL (hvd_nccl_tests): the release's tarball (a mirror or a
+        # controller path, without credentials) and its sha256
+        "nccl_tests": _section({"version": _version, "url": _plain_tarball, "sha256": _sha256}),
         "python": _python,
         "horovod": _section(
             {
@@ -199,6 +204,33 @@ def _network(ctx: _Context, node: Node, field: str) -> NetworkSpec:
         bundle_sha256=_get(ctx, fields, "bundle_sha256", field, _sha256),
         bundle_signers=_get(ctx, fields, "bundle_signers", field, _existing_file),
     )
+
+
+_SCHEDULER_KEYS = ("kind", "controller", "partition")
+DEFAULT_PARTITION = "hvd"
+# A Slurm partition name as hvdcluster writes it into slurm.conf (PartitionName=): a plain word; DEFAULT is Slurm's own
+# keyword for the defaults of every partition, not a partition.
+_partition_name = _matching(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}",
+                            "a partition name (letters, digits, '-' and '_'; at most 63, not starting with '-' or '_')")
+
+
+def _scheduler(ctx: _Context, node: Node, field: str, hosts: tuple[HostSpec, ...]) -> SchedulerSpec:
+    """``scheduler:`` - {kind: slurm, controller: NODE, partition: NAME}; the controller is a host of this file (default:
+    the first), the partition a plain name (default: hvd)."""
+    fields = _fields(ctx, node, field, _SCHEDULER_KEYS, required=("kind",))
+    kind = _choice("slurm")(ctx, fields["kind"], _join(field, "kind"))
+    names = [host.name for host in hosts]
+    controller = _get(ctx, fields, "controller", field, _host_name, names[0])
+    if controller not in names:
+        close = difflib.get_close_matches(controller, names, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise ctx.error(fields["controller"], _join(field, "controller"),
+                        f"'{controller}' is not a host of this file ({hint}hosts: {', '.join(names)})")
+    partition = _get(ctx, fields, "partition", field, _partition_name, DEFAULT_PARTITION)
+    if partition.lower() == "default":
+        raise ctx.error(fields["partition"], _join(field, "partition"),
+                        "DEFAULT is Slurm's keyword for every partition's defaults; name the partition (e.g. hvd)")
+    return SchedulerSpec(kind=kind, controller=controller, partition=partition)
 
 
 @dataclass(frozen=True)
@@ -308,13 +340,16 @@ def _cluster_spec(ctx: _Context, root: Node | None) -> ClusterSpec:
     fields = _fields(ctx, root, "", _TOP_KEYS, required=("cluster", "hosts"))
     cluster = _cluster_name(ctx, fields["cluster"], "cluster")
     ssh = _get(ctx, fields, "ssh", "", _ssh, SshSpec())
+    hosts = _hosts(ctx, fields["hosts"], "hosts", ssh.port, ssh.known_hosts_file)
+    scheduler = fields.get("scheduler")
     return ClusterSpec(
         path=ctx.path,
         cluster=cluster,
         ssh=ssh,
-        hosts=_hosts(ctx, fields["hosts"], "hosts", ssh.port, ssh.known_hosts_file),
+        hosts=hosts,
         stack=_get(ctx, fields, "stack", "", _stack, {}),
         network=_get(ctx, fields, "network", "", _network, NetworkSpec()),
         set_hostname=_get(ctx, fields, "set_hostname", "", _boolean, False),
+        scheduler=None if scheduler is None or _is_null(scheduler) else _scheduler(ctx, scheduler, "scheduler", hosts),
         stack_lines={name: line for name, line in ctx.lines.items() if name.startswith("stack.")},
     )

@@ -14,6 +14,7 @@ from yaml.nodes import Node
 from .loader import MAX_FILE_BYTES, FileProblem, _Context, read_regular_file
 from .schema import _string
 from .values import _url
+from ..redact import has_credentials
 
 MAX_CA_BUNDLE_BYTES = 8 << 20  # a distribution's whole trust store is about 200 KiB
 
@@ -108,3 +109,13 @@ def _tarball(ctx: _Context, node: Node, field: str) -> str:
     """The Open MPI tarball: an http(s) URL, or a file on the controller (relative to hosts.yaml; it must exist)."""
     value = _string(ctx, node, field)
     return _url(ctx, node, field) if "://" in value else _existing_file(ctx, node, field)
+
+
+def _plain_tarball(ctx: _Context, node: Node, field: str) -> str:
+    """A tarball as :func:`_tarball` takes it, whose URL carries no credentials (a user, a query): only the Open MPI
+    URL reaches the run through the environment (hvdcluster.redact); any other is written into the inventory."""
+    value = _tarball(ctx, node, field)
+    if has_credentials(value):
+        raise ctx.error(node, field, "a URL with a user or a query is not taken here (the inventory would hold it): "
+                                     "name a mirror URL without credentials, or a copy on the controller")
+    return value

@@ -85,6 +85,15 @@ class NetworkSpec:
 
 
 @dataclass(frozen=True)
+class SchedulerSpec:
+    """The workload manager the cluster runs under (``scheduler:``): hvd_slurm installs and keeps it."""
+
+    kind: str  # "slurm"
+    controller: str  # the host (its name in hosts.yaml) that runs slurmctld
+    partition: str  # the partition every node is in, and jobs go to
+
+
+@dataclass(frozen=True)
 class ClusterSpec:
     """A validated ``hosts.yaml``."""
 
@@ -95,6 +104,7 @@ class ClusterSpec:
     stack: dict[str, Any]  # only the keys the user wrote; versions as strings
     network: NetworkSpec
     set_hostname: bool = False
+    scheduler: SchedulerSpec | None = None  # None: no scheduler; `run` launches with horovodrun over SSH
     # hosts.yaml line of each value written under ``stack`` ("stack.cuda", "stack.python.packages[0]"), so the
     # resolver can point at the line of a conflicting choice. Not part of the spec's value (compare=False).
     stack_lines: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
