@@ -78,7 +78,7 @@ def packaged_image(node_image: str) -> str:
 # module-scoped cluster lives in one worker; each molecule scenario is a unit of its own. Units start longest first
 # (minutes on this 2-core machine with both workers busy, from the last full run's junit, the heavy set left out; used
 # for ordering only: a wrong figure costs wall time, never a result). Unit and static test modules fill the gaps.
-MINUTES = {"test_up": 13, "molecule-horovod": 10, "test_train": 10, "test_golden_image": 8, "test_fanout": 8,
+MINUTES = {"test_up": 13, "test_train": 10, "test_golden_image": 8, "test_fanout": 8,
            "test_bundle": 7, "test_openmpi_source": 5, "test_conda": 4, "test_no_wheelhouse": 3, "molecule-conda": 2,
            "molecule-default": 2, "test_static": 2, "test_host_driver": 2, "test_preflight": 1, "test_bastion": 1}
 

@@ -34,7 +34,7 @@ LABEL = "hvdcluster.lab"
 # Horovod for it. One home for the tests and the benches (cpu_stack() gives a copy to extend).
 TORCH = "torch==2.13.0"
 # What the env needs besides the stack's packages, as an index serves them (the default path without a wheelhouse).
-BASE_PACKAGES = [TORCH, "wheel", "setuptools", "cloudpickle", "psutil", "pyyaml", "packaging"]
+BASE_PACKAGES = [TORCH, "wheel", "setuptools", "cffi", "cloudpickle", "psutil", "pyyaml", "packaging"]
 
 
 def cpu_stack(**more: dict) -> dict:

@@ -6,6 +6,9 @@ Here the index is a plain PEP 503 folder served over HTTP from this machine to t
 nodes can reach nothing else that holds a CPU build of PyTorch), named in hosts.yaml as `network.pip_index`, the way
 a company mirror is. Then the env is built again from another empty cache: its files are byte-identical to the first
 build's (reproducible envs: the nodes of a cluster built at different times hold the same bytes).
+
+This is also where the full tier runs molecule/horovod's converge (the whole site.yml on two CPU nodes from an empty
+controller cache), through `up` as users run it; tests/molecule/test_molecule.py only reads that scenario.
 """
 
 from __future__ import annotations

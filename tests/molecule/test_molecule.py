@@ -16,11 +16,15 @@ SCENARIOS = sorted(p.name for p in (ROOT / "molecule").iterdir() if (p / "molecu
 # `driver` and `gpu` converge the variables README's golden image gives (tests/unit/test_inventory.py holds them
 # equal); tests/cluster/test_golden_image.py runs that converge through `up`, its idempotence, `driver`'s day 2 (the
 # guard, the failed DKMS build, the repair) through `up` and `check`, and `gpu`'s verify checks; the user space alone
-# in a container (`gpu`'s driver mode) is tests/cluster/test_host_driver.py's. One DKMS build, one CUDA toolkit and
-# two nodes less per run. Role authors still run `molecule test -s driver` (or HVD_MOLECULE_ALL=1 tests/run.sh -k
-# molecule); here molecule only reads them.
+# in a container (`gpu`'s driver mode) is tests/cluster/test_host_driver.py's. `horovod` converges the whole site.yml
+# on two CPU nodes from an empty controller cache: tests/cluster/test_no_wheelhouse.py runs that converge through `up`
+# (an empty cache, every role, Horovod built on a node, the post-flight's allreduce over both), and test_train.py and
+# test_up.py its idempotence and verify's checks (check-build, mpirun from every node, one env everywhere). One DKMS
+# build, one CUDA toolkit, one env and one Horovod build less per run. Role authors still run `molecule test -s
+# horovod` (or HVD_MOLECULE_ALL=1 tests/run.sh -k molecule); here molecule only reads them.
 ELSEWHERE = {"driver": ROOT / "tests" / "cluster" / "test_golden_image.py",
-             "gpu": ROOT / "tests" / "cluster" / "test_golden_image.py"}
+             "gpu": ROOT / "tests" / "cluster" / "test_golden_image.py",
+             "horovod": ROOT / "tests" / "cluster" / "test_no_wheelhouse.py"}
 RUN_HERE = SCENARIOS if os.environ.get("HVD_MOLECULE_ALL") == "1" else [s for s in SCENARIOS if s not in ELSEWHERE]
 
 
