@@ -243,22 +243,12 @@ def test_run_takes_hosts_first_like_every_command_and_the_job_after_dashes(
     assert f"gpu02:2 {shlex.join(launch.SAME_IMPORTS)} /opt/hvd/env/bin/python other.yaml'" in capsys.readouterr().out
 
 
-def test_run_hosts_flag_still_works_with_one_deprecation_line(hosts: Path, rendered: Path, no_ssh: list,
-                                                              capsys) -> None:
+def test_run_hosts_flag_is_gone_and_its_refusal_says_what_to_write(hosts: Path, rendered: Path, no_ssh: list,
+                                                                   capsys) -> None:
     capsys.readouterr()
-    assert cli.main(["run", str(hosts), "-o", str(rendered), "--print", "--", "python", "t.py"]) == 0
-    positional = capsys.readouterr().out
-    assert cli.main(["run", "--hosts", str(hosts), "-o", str(rendered), "--print", "--", "python", "t.py"]) == 0
-    out = capsys.readouterr()
-    assert out.out == positional
-    deprecated = [line for line in out.err.splitlines() if "deprecated" in line]
-    assert deprecated == [f"hvdcluster run: --hosts is deprecated; write: hvdcluster run {hosts} ..."]
-
-
-def test_run_with_hosts_given_both_ways_exits_2(hosts: Path, rendered: Path, no_ssh: list, capsys) -> None:
-    capsys.readouterr()
-    err = _refused(["run", str(hosts), "--hosts", str(hosts), "-o", str(rendered), "--print", "--", "python", "t.py"],
-                   rendered, capsys, "run: give hosts.yaml once, as HOSTS", f"--hosts {hosts}")
+    err = _refused(["run", "--hosts", str(hosts), "-o", str(rendered), "--print", "--", "python", "t.py"],
+                   rendered, capsys, "run: --hosts is not an option of run", "hosts.yaml is HOSTS",
+                   "write `hvdcluster run HOSTS [options] -- python train.py --hosts`")
     assert "deprecated" not in err
 
 

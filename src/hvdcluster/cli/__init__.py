@@ -28,6 +28,9 @@ def _cut_job(argv: list[str]) -> tuple[list[str], list[str] | None]:
 def _what_to_write(command: str, extra: list[str]) -> str:
     """A usage error that says what to write instead: for `run`, the job's words go after ``--``."""
     words = " ".join(extra)
+    if command == "run" and all(word.startswith("-") for word in extra):
+        return (f"run: {words} is not an option of run (see `hvdcluster run --help`); hosts.yaml is HOSTS, and the "
+                f"job's own options go after `--`: write `hvdcluster run HOSTS [options] -- python train.py {words}`")
     if command == "run":
         return (f"run: {words!r} is not an option of run: the job's command goes after `--`: write "
                 f"`hvdcluster run HOSTS [options] -- {words}`")

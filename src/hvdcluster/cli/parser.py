@@ -175,8 +175,6 @@ def build_parser() -> argparse.ArgumentParser:
                        "gives it, and with PYTHONNOUSERSITE=1; a job that wants one sets it in its command "
                        "(-- env PYTHONPATH=/srv/job python train.py).")
     p.add_argument("hosts", nargs="?", metavar="HOSTS", help="the cluster's hosts.yaml (default: ./hosts.yaml)")
-    p.add_argument("--hosts", dest="hosts_flag", metavar="FILE",
-                   help="deprecated spelling of HOSTS (prints a deprecation line; not together with HOSTS)")
     p.add_argument("-o", "--output", default="inventories", help="folder that holds the inventory folder <cluster>/")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--gloo", dest="controller", action="store_const", const="gloo", help="use Gloo")

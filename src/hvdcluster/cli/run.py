@@ -53,19 +53,6 @@ def _health_gate(root: Path, hosts: list[str]) -> bool:
     return bool(refused)
 
 
-def _run_hosts(args: argparse.Namespace) -> None:
-    """``run``'s hosts.yaml: HOSTS like every other command; the old ``--hosts FILE`` still works, with one
-    deprecation line on stderr; both at once exit 2; neither is ./hosts.yaml."""
-    if args.hosts is not None and args.hosts_flag is not None:
-        raise HvdError(f"run: give hosts.yaml once, as HOSTS: got {args.hosts} and --hosts {args.hosts_flag}")
-    if args.hosts_flag is not None:
-        print(f"hvdcluster run: --hosts is deprecated; write: hvdcluster run {shlex.quote(args.hosts_flag)} ...",
-              file=sys.stderr)
-        args.hosts = args.hosts_flag
-    elif args.hosts is None:
-        args.hosts = "hosts.yaml"
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     """Validate everything first (no node is contacted for that), then look up what only a node knows."""
     from .. import launch
@@ -74,7 +61,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_usage(args)  # horovodrun's options and Slurm's, never mixed
     if args.slurm or args.sbatch:
         return cmd_scheduled(args)
-    _run_hosts(args)
+    if args.hosts is None:
+        args.hosts = "hosts.yaml"
     if args.np is not None and args.np < 1:
         raise HvdError(f"run: -np must be at least 1 (got {args.np})")
     command = args.job
