@@ -1,4 +1,4 @@
-"""README's first command, as written: `tests/demo.sh` brings up three bare Debian 12 nodes and converges them with
+"""README's demo command, as written: `tests/demo.sh` brings up three bare Debian 12 nodes and converges them with
 `hvdcluster up` (the post-flight's allreduce over every node proves them), and `tests/demo.sh down` leaves no
 container or network of the demo behind.
 
