@@ -594,7 +594,8 @@ def test_a_node_lost_mid_converge_is_named_alone_and_the_others_finish_proven(hv
     assert done.returncode == 0, done.stderr
     runs = lab3.workdir / "inventories" / "ct3" / "runs" / "artifacts"
     before = set(runs.iterdir())
-    proc = subprocess.Popen([str(hvd.bin / "hvdcluster"), "up", "hosts.yaml", "--full", "--json"], cwd=hvd.cwd,
+    proc = subprocess.Popen([str(hvd.bin / "hvdcluster"), "up", "hosts.yaml", "--full", "--verify", "--json"],
+                            cwd=hvd.cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killed = False
     try:

@@ -750,6 +750,18 @@ def test_up_after_a_change_of_variables_converges_every_node_from_the_first_role
     assert nodestate.recorded_inputs(root) == nodestate.inputs_digest(root)  # the next up takes the fast path
 
 
+def test_an_up_of_some_roles_keeps_the_record_of_the_last_full_converge(hosts, rendered, recorded, capsys) -> None:
+    """`up --tags hvd_preflight` converges no node to the inputs (it records nothing): the last full converge's
+    record stays, so a later `up` or `up --rolling` still takes the fast path."""
+    from hvdcluster import nodestate
+
+    root = rendered / "c1"
+    digest = nodestate.recorded_inputs(root)
+    assert cli.main(["up", str(hosts), "-o", str(rendered), "--tags", "hvd_preflight"]) == 0
+    assert recorded.calls and recorded.calls[0]["tags"] == "hvd_preflight"
+    assert digest and nodestate.recorded_inputs(root) == digest
+
+
 def test_a_change_of_variables_that_ends_badly_is_not_recorded(hosts, rendered, recorded, monkeypatch,
                                                                capsys) -> None:
     """The nodes read back unlike each other after the converge: named, and the inputs stay unrecorded (the next

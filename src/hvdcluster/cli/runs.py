@@ -188,7 +188,7 @@ def converge(args: argparse.Namespace, playbook: str, what: str, command: str) -
         inputs = nodestate.inputs_digest(root) if converging else ""
         # The records were made from these same inputs (`up --full` with nothing changed): hold the nodes to them.
         records_current = converging and nodestate.recorded_inputs(root) == inputs
-        if converging:
+        if converging and not tags:  # a run of some roles (--tags) records nothing, and so forgets nothing either
             nodestate.forget_inputs(root)  # recorded again only when this run ends well: a run cut short never counts
         events: list[dict] = []
         tracker, result = tracked_run(root, cluster, console, playbook, limit=args.limit, tags=tags, check=check,
