@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -76,17 +78,42 @@ def packaged_image(node_image: str) -> str:
 
 # Full-tier scheduling (tests/run.sh runs two pytest-xdist workers): a container suite is one scheduling unit, so its
 # module-scoped cluster lives in one worker; each molecule scenario is a unit of its own. Units start longest first
-# (minutes on this 2-core machine with both workers busy, from the last full run's junit, the heavy set left out; used
-# for ordering only: a wrong figure costs wall time, never a result). Unit and static test modules fill the gaps.
-MINUTES = {"test_up": 13, "test_train": 10, "test_golden_image": 8, "test_fanout": 8,
-           "test_bundle": 7, "test_openmpi_source": 5, "test_conda": 4, "test_no_wheelhouse": 3, "molecule-conda": 2,
-           "molecule-default": 2, "test_static": 2, "test_host_driver": 2, "test_preflight": 1, "test_bastion": 1}
+# (worker-minutes on this 2-core machine with both workers busy and an empty controller cache, heavy tests included,
+# from the junit of the run of 2026-11-28; used for ordering only: a wrong figure costs wall time, never a result).
+# Unit and static test modules fill the gaps. The golden image's figure is raised to start it beside test_up: the two
+# share no build, where test_train, test_fanout, test_bundle and the demo take the CPU stack's env and Horovod wheel
+# that test_up's first converge puts in the shared cache, and would wait on its lease if started beside it.
+MINUTES = {"test_up": 48, "test_golden_image": 40, "test_train": 34, "test_openmpi_source": 20, "test_conda": 18,
+           "test_no_wheelhouse": 12, "test_bundle": 10, "test_fanout": 9, "test_demo": 8, "molecule-conda": 3,
+           "test_static": 3, "molecule-default": 2, "test_host_driver": 2, "test_preflight": 2, "test_bastion": 1}
 
 # The heavy set: day-2 scenarios of several minutes each on this machine (nodes killed mid-run, runs cut short four
-# times, a rolling change that waits for a job, real Slurm installed on three nodes, air-gapped rebuilds). The full
-# tier (tests/run.sh) leaves them out to stay within its 40 minutes; `tests/run.sh --heavy` runs them, and CI
-# (.ci/run) runs both.
+# times, a rolling change that waits for a job, real Slurm under a roll, air-gapped rebuilds, the demo). The full
+# tier (tests/run.sh) leaves them out to keep it shorter; `tests/run.sh --heavy` runs them all. CI
+# (.ci/run: tests/run.sh --all) runs them beside the full tier within a budget: HVD_HEAVY_BUDGET_MIN (minutes since the
+# session started; .ci/run sets it) past which a heavy test not yet started is skipped, saying so and how to run it,
+# so that CI ends within its limit whatever the machine's speed; a full-tier test is never skipped.
 HEAVY = "heavy: a day-2 scenario of several minutes: run by tests/run.sh --heavy (and CI), not by the full tier"
+STARTED = time.monotonic()  # each pytest-xdist worker imports this at the session's start
+
+
+def heavy_budget_spent(now: float | None = None) -> str | None:
+    """Why a heavy test is skipped now (HVD_HEAVY_BUDGET_MIN spent), or None to run it."""
+    budget = os.environ.get("HVD_HEAVY_BUDGET_MIN", "").strip()
+    if not budget:
+        return None
+    elapsed = ((time.monotonic() if now is None else now) - STARTED) / 60
+    if elapsed < float(budget):
+        return None
+    return (f"the heavy set's time budget is spent ({elapsed:.0f} of HVD_HEAVY_BUDGET_MIN={budget} minutes): "
+            "run it whole with tests/run.sh --heavy")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("heavy") is not None:
+        why = heavy_budget_spent()
+        if why:
+            pytest.skip(why)
 
 
 def pytest_configure(config: pytest.Config) -> None:
