@@ -129,6 +129,9 @@ def hvd_slurm_conf(nodes: list[Mapping[str, Any]], options: Mapping[str, Any]) -
         "SlurmdLogFile": "/var/log/slurm/slurmd.log",
         "JobAcctGatherType": "jobacct_gather/none",
         "AccountingStorageType": "accounting_storage/none",
+        # Slurm's 10 s default for a daemon's answer fails a job step's launch ("Socket timed out on send/recv
+        # operation") on a node busy with its own work, as GPU nodes are during a converge or a data load
+        "MessageTimeout": 30,
     }
     if any(node.get("gpus") for node in nodes):
         head["GresTypes"] = "gpu"

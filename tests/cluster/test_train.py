@@ -162,8 +162,8 @@ def test_up_verify_runs_the_build_gate_and_the_allreduces_anyway(converged, lab2
         # off in the file every mpirun reads, so no message between two ranks of a node fails first
         params = lab2.exec(node, "cat", "/etc/openmpi/openmpi-mca-params.conf").stdout
         assert re.search(r"^btl_vader_single_copy_mechanism = none$", params, re.M), params[-1000:]
-    stderr = [item["res"].get("stderr", "") for item in (e["event_data"] for e in run_events(doc["log"]))
-              if item.get("task") in (ALLREDUCE, SRUN_ALLREDUCE) and "res" in item]
+    stderr = [str(item["res"].get("stderr", "")) for item in (e.get("event_data", {}) for e in run_events(doc["log"]))
+              if item.get("task") in (ALLREDUCE, SRUN_ALLREDUCE) and isinstance(item.get("res"), dict)]
     assert stderr and not any("Read -1" in text for text in stderr), [t[-2000:] for t in stderr if "Read -1" in t]
 
 

@@ -459,11 +459,16 @@ def test_a_changed_host_key_is_refused(hvd, lab3: Lab, tmp_path) -> None:
     finally:
         lab3.exec(2, "sh", "-c", "cp -p /root/hostkeys/* /etc/ssh/ && kill -HUP 1")
         lab3.wait_for_ssh()
+    # The refused run forgot the record of the last full converge (a run that did not end well never counts): the
+    # next `up` converges every node and records it again, as the tests after this one find the cluster
+    rc, doc, err = hvd.up_json()
+    assert rc == 0 and doc["ok"], err[-4000:]
 
 
 def test_a_second_up_on_the_same_inventory_stops_at_once_naming_the_first(hvd, lab3: Lab) -> None:
     """The first `up` runs only the pre-flight (--tags): it holds the inventory as any converge does, for less time."""
     lock = lab3.workdir / "inventories" / "ct3" / ".lock"
+    runs = sorted((lab3.workdir / "inventories" / "ct3" / "runs" / "artifacts").iterdir())
     first = subprocess.Popen([str(hvd.bin / "hvdcluster"), "up", "hosts.yaml", "--tags", "hvd_preflight"], cwd=hvd.cwd,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -471,7 +476,6 @@ def test_a_second_up_on_the_same_inventory_stops_at_once_naming_the_first(hvd, l
         while f'"pid": {first.pid}' not in (lock.read_text() if lock.exists() else ""):
             assert first.poll() is None and time.monotonic() < deadline, "the first up did not take the lock"
             time.sleep(0.1)
-        runs = sorted((lab3.workdir / "inventories" / "ct3" / "runs" / "artifacts").iterdir())
         second = hvd("up", "hosts.yaml")
         assert second.returncode == 1
         assert f"is in use by pid {first.pid}" in second.stderr and "command up" in second.stderr, second.stderr

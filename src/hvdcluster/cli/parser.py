@@ -174,7 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "without the PYTHONPATH, PYTHONHOME, PYTHONSTARTUP, PYTHONUSERBASE ... a node's SSH session "
                        "gives it, and with PYTHONNOUSERSITE=1; a job that wants one sets it in its command "
                        "(-- env PYTHONPATH=/srv/job python train.py).")
-    p.add_argument("hosts", nargs="?", metavar="HOSTS", help="the cluster's hosts.yaml (default: ./hosts.yaml)")
+    p.add_argument("hosts", nargs="?", default="hosts.yaml", metavar="HOSTS",
+                   help="the cluster's hosts.yaml (default: ./hosts.yaml)")
     p.add_argument("-o", "--output", default="inventories", help="folder that holds the inventory folder <cluster>/")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--gloo", dest="controller", action="store_const", const="gloo", help="use Gloo")

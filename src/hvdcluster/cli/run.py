@@ -61,8 +61,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_usage(args)  # horovodrun's options and Slurm's, never mixed
     if args.slurm or args.sbatch:
         return cmd_scheduled(args)
-    if args.hosts is None:
-        args.hosts = "hosts.yaml"
     if args.np is not None and args.np < 1:
         raise HvdError(f"run: -np must be at least 1 (got {args.np})")
     command = args.job

@@ -45,10 +45,9 @@ def cmd_scheduled(args: argparse.Namespace) -> int:
     """Validate everything first (no node is contacted for that), then the gates, then srun or sbatch on the
     scheduler's controller node."""
     from .. import launch, slurm
-    from .run import _health_gate, _launch_gate, _run_hosts
+    from .run import _health_gate, _launch_gate
 
     mode = "--sbatch" if args.sbatch else "--slurm"
-    _run_hosts(args)
     time = slurm.check_time(args.time)
     cluster = spec.load(args.hosts)
     if cluster.scheduler is None:
