@@ -322,6 +322,7 @@ def test_a_dkms_build_that_fails_is_named_with_the_last_lines_of_its_make_log(co
                                     _named(doc, "driver.next_boot")["found"]), doc
 
 
+@pytest.mark.heavy  # a second DKMS build of the driver (about 8 minutes here): the heavy set
 def test_with_the_header_tree_mended_up_builds_the_modules_and_check_is_in_sync(converged, lab: Lab, newer: str) -> None:
     cli, _ = converged
     kernel = sorted(set(lab.kernels(1)) - {newer})
