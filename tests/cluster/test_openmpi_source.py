@@ -5,12 +5,6 @@ carried node to node and installed on both nodes of a 2-node cluster (a non-root
 a 4-rank allreduce under `horovodrun --mpi`, a second `up` that changes nothing, and a removed `mpirun` link named by
 `check` and repaired by `up`. Neither secret appears in anything hvdcluster printed or the controller keeps.
 
-The lab's hosts.yaml names Slurm the scheduler, as most clusters that build their MPI do: hvd_openmpi configures the
-tarball --with-slurm and Debian's PMIx (with the external libevent and hwloc that needs), hvd_slurm installs Slurm,
-and the post-flight's allreduce runs under `srun --mpi=pmix` as well as under horovodrun; so does `run --slurm`. One
-compile proves both the source build and its Slurm flavour (configure's options are the only difference from the
-flavour without a scheduler, whose options tests/unit holds).
-
 The suite has a controller cache of its own, empty when it starts: Open MPI (and Horovod against it) compile in every
 run of the tier, never taken from an earlier run's cache. The cold build time and the up times are written to the
 lab's folder (timings.json) and printed (pytest -s).
@@ -39,7 +33,6 @@ COMPILE = "Compile (several minutes)"
 UNPACK = "Check its sha256, unpack it beside the prefix, mark it with the build key, then swap it in"
 CACHED = "Verify the cached artifact (a corrupt or truncated one is removed and built again)"  # hvd_fanout's
 TIMES: dict[str, float] = {}
-SCHEDULER = {"kind": "slurm", "controller": "node1", "partition": "mpi"}
 
 
 USER, PASSWORD, TOKEN = "builder", "hunter2-oms", "SECRET-oms-42"
@@ -89,7 +82,7 @@ class _Served:
 def lab(node_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
     tarball = Path(orig_tarball("openmpi"))
     assert tarball.name == f"openmpi_{VERSION}.orig.tar.xz", tarball
-    lab = Lab(NAME, 2, tmp_path_factory.mktemp(NAME), slots=2, user=SUDO_USER, scheduler=SCHEDULER)
+    lab = Lab(NAME, 2, tmp_path_factory.mktemp(NAME), slots=2, user=SUDO_USER)
     lab.up()
     share_the_cores(lab)
     gateway = docker("network", "inspect", lab.docker_network, "-f", "{{(index .IPAM.Config 0).Gateway}}").strip()
@@ -249,16 +242,35 @@ def test_a_removed_mpirun_link_is_named_by_check_and_repaired_by_up(converged, l
 SRUN_ALLREDUCE = "Allreduce over every slot under Slurm (srun --mpi=pmix on the Slurm controller)"
 
 
-def test_under_slurm_the_source_build_links_slurms_pmix_and_four_ranks_allreduce_under_srun(converged,
-                                                                                          lab: Lab) -> None:
-    """The build links Debian's PMIx and Slurm's support; the post-flight's allreduce ran under srun --mpi=pmix, and
-    `run --slurm` gives 4 ranks the sum on every rank."""
-    cli, doc, _ = converged
-    assert task_outcomes(doc["log"])[SRUN_ALLREDUCE] == {"ok"}
-    info = lab.exec(1, f"{PREFIX}/bin/ompi_info")
-    assert "--with-pmix=/usr/lib/x86_64-linux-gnu/pmix2" in info.stdout and "--with-slurm" in info.stdout
-    assert re.search(r"MCA pmix: ext3x", info.stdout) and re.search(r"MCA ras: slurm", info.stdout), info.stdout
-    proc = cli("run", "hosts.yaml", "--slurm", "--", "python", "-c", ALLREDUCE)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    seen = re.findall(r"allreduce rank=(\d) size=(\d) mpi=(\w+) sum=(\d+)", proc.stdout)
-    assert sorted(s[0] for s in seen) == ["0", "1", "2", "3"] and {s[1:] for s in seen} == {("4", "True", "10")}
+@pytest.mark.heavy
+def test_under_slurm_the_source_build_links_slurms_pmix_and_four_ranks_allreduce_under_srun(
+        installed: Path, node_image: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The same tarball on a lab of its own whose hosts.yaml names Slurm the scheduler: hvd_openmpi configures it
+    --with-slurm and Debian's PMIx (with the external libevent and hwloc that needs), hvd_slurm installs Slurm, the
+    post-flight's allreduce runs under srun --mpi=pmix, and so does `run --slurm`: 4 ranks, the sum on every rank.
+    Heavy: Open MPI and Horovod against it compile (another build key than the suite's own lab)."""
+    tarball = Path(orig_tarball("openmpi"))
+    lab = Lab("omss", 2, tmp_path_factory.mktemp("omss"), slots=2, user=SUDO_USER,
+              scheduler={"kind": "slurm", "controller": "node1", "partition": "mpi"})
+    lab.up()
+    share_the_cores(lab)
+    gateway = docker("network", "inspect", lab.docker_network, "-f", "{{(index .IPAM.Config 0).Gateway}}").strip()
+    served = _Served(tarball, gateway)
+    try:
+        lab.stack = cpu_stack(mpi={"source": "source", "version": VERSION, "url": served.url,
+                                   "sha256": sha256_of(tarball)})
+        lab.write_hosts_yaml()
+        cli = Cli(installed, lab.workdir, cache=tmp_path_factory.mktemp("omss-cache"))
+        rc, doc, err = cli.up_json()
+        assert rc == 0, err[-6000:]
+        assert task_outcomes(doc["log"])[SRUN_ALLREDUCE] == {"ok"}
+        info = lab.exec(1, f"{PREFIX}/bin/ompi_info")
+        assert "--with-pmix=/usr/lib/x86_64-linux-gnu/pmix2" in info.stdout and "--with-slurm" in info.stdout
+        assert re.search(r"MCA pmix: ext3x", info.stdout) and re.search(r"MCA ras: slurm", info.stdout), info.stdout
+        proc = cli("run", "hosts.yaml", "--slurm", "--", "python", "-c", ALLREDUCE)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+        seen = re.findall(r"allreduce rank=(\d) size=(\d) mpi=(\w+) sum=(\d+)", proc.stdout)
+        assert sorted(s[0] for s in seen) == ["0", "1", "2", "3"] and {s[1:] for s in seen} == {("4", "True", "10")}
+    finally:
+        served.server.shutdown()
+        lab.down()
