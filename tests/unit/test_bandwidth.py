@@ -24,7 +24,7 @@ import pytest
 from hvdcluster import bandwidth, cli, health, nodestate
 from hvdcluster.cli import runs
 from tests.conftest import own_gpu_fixture
-from tests.unit.test_cli import SHARED, FakeRun, fake_leases
+from tests.unit.test_cli import SHARED, FakeRun, fake_launches, fake_leases, record_converged
 from tests.unit.test_health_cli import fake_tool, module_reading, pci, reading
 
 H = health.lib()
@@ -503,7 +503,6 @@ def test_health_full_refuses_nodes_with_running_work_and_runs_nothing(hosts, ren
 
 def test_run_refuses_a_node_whose_last_health_failed_naming_node_and_item_and_no_gate_launches(
         hosts, rendered, capsys, monkeypatch) -> None:
-    from hvdcluster import launch
     from tests.unit.test_cli import fake_reading
 
     root = rendered / "c1"
@@ -511,11 +510,7 @@ def test_run_refuses_a_node_whose_last_health_failed_naming_node_and_item_and_no
                                            "found": "uncorrectable ECC errors \x1b[31m: volatile 3"}]}
     health.record(root, {"gpu02": bad, "gpu01": {"healthy": True, "findings": []}}, health.QUICK, "up")
     fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": dict(SHARED)})
-    launched: list = []
-    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: launched.append(argv) or
-                        subprocess.CompletedProcess(argv, 0))
-    fake_leases(monkeypatch, launched)
-    monkeypatch.setattr(launch, "fabric_interface", lambda inv, host: "eth0")
+    launched = fake_launches(monkeypatch)
     capsys.readouterr()
     assert cli.main(["run", str(hosts), "-o", str(rendered), "--", "python", "t.py"]) == 1
     err = capsys.readouterr().err
@@ -552,10 +547,7 @@ def test_up_ends_with_the_health_read_and_a_failing_node_is_not_ready_exit_1(hos
     from tests.unit.test_cli import fake_reading
 
     root = rendered / "c1"
-    (root / "state").mkdir()
-    for node in ("gpu01", "gpu02"):
-        (root / "state" / f"{node}.json").write_text(json.dumps({"state": SHARED}))
-    nodestate.record_inputs(root, nodestate.inputs_digest(root))
+    record_converged(root)
     fake = HealthRun()
     fake.after = {"gpu01": dict(SHARED), "gpu02": dict(SHARED)}
     sick = reading(nvidia_smi_q=read(ECC), nvidia_smi_q_error="", pci=pci(1))
@@ -577,10 +569,7 @@ def test_up_on_cpu_nodes_is_ready_every_item_not_applicable(hosts, rendered, cap
     from tests.unit.test_cli import fake_reading
 
     root = rendered / "c1"
-    (root / "state").mkdir()
-    for node in ("gpu01", "gpu02"):
-        (root / "state" / f"{node}.json").write_text(json.dumps({"state": SHARED}))
-    nodestate.record_inputs(root, nodestate.inputs_digest(root))
+    record_converged(root)
     fake = HealthRun()
     fake.after = {"gpu01": dict(SHARED), "gpu02": dict(SHARED)}
     fake.readings = {"gpu01": reading(kernel_log=None, kernel_log_error="no journal"), "gpu02": reading()}

@@ -459,18 +459,26 @@ def fake_leases(monkeypatch: pytest.MonkeyPatch, launched: list) -> list:
     return launched
 
 
-def test_run_gate_refuses_a_node_whose_env_differs_naming_it_and_no_gate_launches(
-    hosts: Path, rendered: Path, monkeypatch: pytest.MonkeyPatch, capsys
-) -> None:
+def fake_launches(monkeypatch: pytest.MonkeyPatch, interface: str | None = "eth0") -> list:
+    """`run`'s node side as calls in order (:func:`fake_leases`, then each SSH launch's argv), every launch exiting
+    0; the fabric interface read answers ``interface`` (None: left as it is)."""
     from hvdcluster import launch
 
-    odd = {**SHARED, "env.dist.torch": "2.12.0 bbbb"}
-    fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": odd})
     launched: list = []
     monkeypatch.setattr(subprocess, "run", lambda argv, **kw: launched.append(argv) or
                         subprocess.CompletedProcess(argv, 0))
     fake_leases(monkeypatch, launched)
-    monkeypatch.setattr(launch, "fabric_interface", lambda inv, host: "eth0")
+    if interface is not None:
+        monkeypatch.setattr(launch, "fabric_interface", lambda inv, host: interface)
+    return launched
+
+
+def test_run_gate_refuses_a_node_whose_env_differs_naming_it_and_no_gate_launches(
+    hosts: Path, rendered: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    odd = {**SHARED, "env.dist.torch": "2.12.0 bbbb"}
+    fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": odd})
+    launched = fake_launches(monkeypatch)
     capsys.readouterr()
     assert cli.main(["run", str(hosts), "-o", str(rendered), "--", "python", "t.py"]) == 1
     err = capsys.readouterr().err
@@ -480,14 +488,8 @@ def test_run_gate_refuses_a_node_whose_env_differs_naming_it_and_no_gate_launche
 
 
 def test_run_gate_lets_identical_nodes_launch(hosts: Path, rendered: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from hvdcluster import launch
-
     calls = fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": dict(SHARED)})
-    launched: list = []
-    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: launched.append(argv) or
-                        subprocess.CompletedProcess(argv, 0))
-    fake_leases(monkeypatch, launched)
-    monkeypatch.setattr(launch, "fabric_interface", lambda inv, host: "eth0")
+    launched = fake_launches(monkeypatch)
     assert cli.main(["run", str(hosts), "-o", str(rendered), "--", "python", "t.py"]) == 0
     assert len(calls) == 1 and len(launched) == 3
     # the job lease on both nodes before the launch, and taken back after it
@@ -514,10 +516,7 @@ def test_run_takes_gpu_counts_and_the_fabric_interface_from_the_gates_read(tmp_p
 
     monkeypatch.setattr(launch, "fabric_interface", no_second_read)
     monkeypatch.setattr(launch, "gpu_counts", no_second_read)
-    launched: list = []
-    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: launched.append(argv) or
-                        subprocess.CompletedProcess(argv, 0))
-    fake_leases(monkeypatch, launched)
+    launched = fake_launches(monkeypatch, interface=None)
     assert cli.main(["run", str(hosts), "-o", str(tmp_path / "inv"), "--", "python", "t.py"]) == 0
     assert len(calls) == 1 and len(launched) == 3
     remote = launched[1][-1]
@@ -579,16 +578,20 @@ class FakeRun:
         return tracker, type("Result", (), {"rc": 0, "log": root / "log", "status": "successful"})()
 
 
-@pytest.fixture
-def recorded(rendered: Path, monkeypatch: pytest.MonkeyPatch) -> FakeRun:
-    """A cluster converged before from these very inputs, every node's desired state on record."""
+def record_converged(root: Path) -> None:
+    """``root``'s cluster as a converge from these very inputs leaves it: every node's desired state on record."""
     from hvdcluster import nodestate
 
-    root = rendered / "c1"
     (root / "state").mkdir()
     for node in ("gpu01", "gpu02"):
         (root / "state" / f"{node}.json").write_text(json.dumps({"state": SHARED}))
     nodestate.record_inputs(root, nodestate.inputs_digest(root))
+
+
+@pytest.fixture
+def recorded(rendered: Path, monkeypatch: pytest.MonkeyPatch) -> FakeRun:
+    """A cluster converged before from these very inputs, every node's desired state on record."""
+    record_converged(rendered / "c1")
     fake = FakeRun()
     monkeypatch.setattr(runs, "tracked_run", fake)
     return fake
