@@ -414,6 +414,35 @@ def _bastion_site(folder: Path) -> Path:
     return folder / "hosts.yaml"
 
 
+def _control_path_dir(root: Path, env: dict[str, str]) -> str:
+    """ansible_control_path_dir as Ansible templates it for the node of the inventory at ``root``."""
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible"), "all", "-i", str(root), "-m", "ansible.builtin.debug",
+         "-a", "var=ansible_control_path_dir"], capture_output=True, text=True, check=True,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+             "ANSIBLE_CALLBACK_RESULT_FORMAT": "json", **env})
+    return json.loads(proc.stdout[proc.stdout.index("{"):proc.stdout.rindex("}") + 1])["ansible_control_path_dir"]
+
+
+def test_each_inventory_keeps_its_ssh_masters_apart_and_a_linked_copy_shares_them(tmp_path: Path) -> None:
+    """Ansible names an ssh connection master (ControlPersist) by host, port and user only: the same node behind two
+    inventories (two known_hosts, two bastions) would share one, and the second inventory's runs would never check
+    the node's key (a bug found by the bundle suite: node1's key never recorded). Each inventory gets a folder named
+    by its ssh/ folder's real path: two inventories differ, a copy whose ssh/ is a link to the first's (`plan
+    --probe`) is the first's, and an operator's ANSIBLE_SSH_CONTROL_PATH_DIR stays the parent."""
+    one = inventory.render(spec.load(_bastion_site(tmp_path / "one")), tmp_path / "one" / "inventories")
+    two = inventory.render(spec.load(_bastion_site(tmp_path / "two")), tmp_path / "two" / "inventories")
+    linked = tmp_path / "probe" / "lab"
+    linked.mkdir(parents=True)
+    (linked / "ssh").symlink_to(one / "ssh", target_is_directory=True)
+    inventory.render(spec.load(tmp_path / "one" / "hosts.yaml"), tmp_path / "probe")
+    found = {name: _control_path_dir(root, {"ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp_path / "cp")})
+             for name, root in (("one", one), ("two", two), ("linked", linked))}
+    assert all(re.fullmatch(re.escape(str(tmp_path / "cp")) + r"/hvd-[0-9a-f]{12}", d) for d in found.values()), found
+    assert found["one"] != found["two"] and found["linked"] == found["one"], found
+    assert re.fullmatch(r"~/\.ansible/cp/hvd-[0-9a-f]{12}", _control_path_dir(one, {"ANSIBLE_SSH_CONTROL_PATH_DIR": ""}))
+
+
 def _through_ssh(args: list[str], tmp_path: Path) -> tuple[list[str], str, str]:
     """What OpenSSH makes of ``args`` (as Ansible passes them) for ops@10.0.0.1 port 2200, without a network: its
     config dump (-G), then a real run whose ProxyCommand finds a fake `ssh` first on PATH that records its argv."""

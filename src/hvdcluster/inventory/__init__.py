@@ -28,6 +28,7 @@ from .files import GROUP, GROUP_VAR_TITLES, PRIVATE_FILES, Inventory, read, rend
 from .hostkeys import KNOWN_HOSTS, first_use_hosts, pinned_hosts, pinned_keys, trusted_on_first_use, write_pins
 from .ssh import (
     BASTION_KNOWN_HOSTS,
+    CONTROL_PATH_DIR,
     PROXY_COMMAND_ARG,
     SSH_COMMON_ARGS,
     bastion_argv,

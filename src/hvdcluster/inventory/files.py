@@ -34,7 +34,7 @@ class Inventory:
 
 
 # Not from hosts.yaml: our templated SSH arguments and the matrix's pre-flight rules, written plain.
-_OURS = ("ansible_ssh_common_args", "hvd_preflight_gpu_rules", "hvd_preflight_gcc_max")
+_OURS = ("ansible_ssh_common_args", "ansible_control_path_dir", "hvd_preflight_gpu_rules", "hvd_preflight_gcc_max")
 
 
 def _commented(mapping: dict[str, Any]) -> str:

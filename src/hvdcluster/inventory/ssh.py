@@ -37,6 +37,16 @@ SSH_COMMON_ARGS = (
     "-o StrictHostKeyChecking={{ 'yes' if hvd_host_keys | default([]) else 'accept-new' }} "
     "-o {{ ('UserKnownHostsFile=' ~ " + _jinja_ssh_word("inventory_dir ~ '/ssh/known_hosts'") + ") | quote }}"
 )
+# Where Ansible keeps its ssh connection masters (ControlPersist) for this inventory: a folder of its own, named by
+# the inventory's ssh/ folder (real path: `plan --probe`'s linked copy shares it). Ansible names a master by host,
+# port and user alone, so without this a master opened through another inventory (another known_hosts, another
+# bastion: a private address behind one site's bastion is often the same as behind another's) was used as it was,
+# and its node's key was never checked against, nor recorded in, this inventory's ssh/known_hosts. An operator's
+# ANSIBLE_SSH_CONTROL_PATH_DIR stays the parent folder.
+CONTROL_PATH_DIR = (
+    "{{ (lookup('ansible.builtin.env', 'ANSIBLE_SSH_CONTROL_PATH_DIR') or '~/.ansible/cp') ~ '/hvd-' ~ "
+    "((inventory_dir ~ '/ssh') | ansible.builtin.realpath | ansible.builtin.hash('sha1'))[:12] }}"
+)
 # Through the bastion (hvd_ssh_proxy_jump): ssh to it, checking its key against ssh/bastion_known_hosts only.
 PROXY_COMMAND_ARG = (
     "-o {{ ('ProxyCommand=ssh -W %h:%p ' ~ (['-p', hvd_ssh_proxy_jump.port | string, '-o', 'BatchMode=yes', "

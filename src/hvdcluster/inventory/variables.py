@@ -10,7 +10,7 @@ from typing import Any
 from .. import redact
 from ..compat import Plan, preflight_vars, sdist_sha256
 from ..spec import ClusterSpec
-from .ssh import PROXY_COMMAND_ARG, SSH_COMMON_ARGS
+from .ssh import CONTROL_PATH_DIR, PROXY_COMMAND_ARG, SSH_COMMON_ARGS
 from .yamlio import Expression
 
 HOST_VAR_DOC = """\
@@ -39,6 +39,8 @@ VAR_DOCS: dict[str, str] = {
     "whose keys hosts.yaml pins (hvd_host_keys, written there before any contact), else recorded on first contact\n"
     "(accept-new); a changed key is refused. Never turn host key checking off. Paths are quoted for ssh and the\n"
     "shell after inventory_dir is templated into them, so any folder name works.",
+    "ansible_control_path_dir": "Ansible's ssh connection masters for this inventory, in a folder named by its ssh/\n"
+    "folder: a master opened through another inventory (other host keys, another bastion) is never used here.",
     "hvd_ssh_mesh_user": "Account that nodes use to reach each other (horovodrun / mpirun run as it).",
     "hvd_ssh_proxy_jump": "The bastion the controller reaches every node through (hosts.yaml ssh.proxy_jump); its host\n"
     "key is pinned in ssh/bastion_known_hosts and never learnt.",
@@ -105,6 +107,7 @@ def group_vars(spec: ClusterSpec, plan: Plan | None = None) -> dict[str, dict[st
     if spec.ssh.identity:
         ssh["ansible_ssh_private_key_file"] = canonical(spec.ssh.identity)
     ssh["ansible_ssh_common_args"] = SSH_COMMON_ARGS
+    ssh["ansible_control_path_dir"] = CONTROL_PATH_DIR
     jump = spec.ssh.proxy_jump
     if jump is not None:
         ssh["hvd_ssh_proxy_jump"] = {"host": jump.host, "port": jump.port, "user": jump.user,
