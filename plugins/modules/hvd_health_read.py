@@ -5,8 +5,8 @@ It asks the GPU and fabric tools and reads a few kernel files, each tool with a 
 missing, refused or slow is recorded (``<key>: null`` and ``<key>_error``), never a failed task: a CPU node, a node
 without DCGM and a user who may not read the kernel log all answer. The texts come back as the tools printed
 them (the kernel log cut to the lines that can name a GPU or an NVSwitch); the controller parses and judges them
-with plugins/module_utils/hvd_health.py (src/hvdcluster/health.py). Only the InfiniBand ports are parsed here, from sysfs,
-with that same module's parse_ib_sysfs.
+with plugins/module_utils/hvd_health*.py (src/hvdcluster/health.py). Only the InfiniBand ports and the ACS
+registers are parsed here, with hvd_health_net.py's parse_ib_sysfs and parse_lspci_acs.
 
 It only reads: safe in check mode, never changes anything.
 """
@@ -24,14 +24,14 @@ description:
     (C(nv-fabricmanager --version)), C(fabricmanager_journal) (its unit's journal since boot), C(dcgm_diag)
     (C(dcgmi diag -r 1), unless I(quick)). Each is null when the tool is missing, failed, was refused or timed out,
     and C(<key>_error) then says which.
-  - C(ib) - the ports under /sys/class/infiniband (plugins/module_utils/hvd_health.py parse_ib_sysfs); null without that
+  - C(ib) - the ports under /sys/class/infiniband (plugins/module_utils/hvd_health_net.py parse_ib_sysfs); null without that
     folder (no RDMA driver loaded).
   - C(modules) - the loaded kernel modules whose name starts with nvidia (/proc/modules).
   - C(pci) - the NVIDIA PCI functions (/sys/bus/pci/devices/*/vendor 0x10de), each with C(address), C(class) and
     C(device); class 0x0300xx or 0x0302xx is a GPU, 0x068000 an NVSwitch.
   - C(pcie_paths) - each GPU and RDMA adapter (/sys/class/infiniband/*/device) with the PCI bridges above it, root
     port first (from its /sys/devices path); C(acs) - those bridges' ACS control bits as C(lspci -D -vvv) prints them
-    (plugins/module_utils/hvd_health.py parse_lspci_acs), null with C(acs_error) where it could not be read (the
+    (plugins/module_utils/hvd_health_net.py parse_lspci_acs), null with C(acs_error) where it could not be read (the
     extended capabilities are root's to read); C(iommu_cmdline) (/proc/cmdline) and C(iommu_groups) (each of those
     devices' IOMMU group type, /sys/kernel/iommu_groups/<n>/type; null where it is in none). Read only where there
     is a GPU or an RDMA adapter.
@@ -83,7 +83,7 @@ from typing import Any, Optional
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import GPU_CLASSES, nvidia_pci, rdma_devices
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import loaded_modules as fabric_loaded_modules
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import read_text, resolve, under
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_health import (
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_health_net import (
     parse_ib_sysfs,
     parse_lspci_acs,
     parse_pci_config_acs,

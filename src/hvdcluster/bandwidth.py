@@ -4,7 +4,7 @@ from the links found on the nodes, and the culprit of a failing run found by pai
 - ``settings_from(args)``: ``--size``, ``--collectives`` and the overrides checked before any node is contacted (a bad
   one is one line, exit 2).
 - ``links_of(reading)``: one node's links from its health reading (plugins/modules/hvd_health_read.py), for
-  plugins/module_utils/hvd_health.py's ``run_floor`` (every floor row there has its source).
+  plugins/module_utils/hvd_bandwidth.py's ``run_floor`` (every floor row there has its source).
 - ``command(...)``: the shell the first node of a run executes over SSH (launch.ssh_argv, pinned host keys): the
   roles' /etc/profile.d/hvd-*.sh, then ``mpirun`` (the one hvd_openmpi put on a non-interactive SSH command's PATH)
   with one rank per GPU (``-H node:gpus``, ``-g 1``), ``NCCL_DEBUG=INFO`` (subsystems INIT and NET: the network and
@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.hvd.cluster.plugins.module_utils import hvd_fabric, hvd_health
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bandwidth, hvd_fabric, hvd_health, hvd_health_gpu
 
 from .drift import fold
 from .errors import HvdError
@@ -110,15 +110,15 @@ def size_text(size: int) -> str:
 
 def gpus_of(reading: Mapping[str, Any]) -> int:
     """The GPUs nvidia-smi -q lists on the node (0: none, or nvidia-smi did not answer)."""
-    return len(hvd_health.parse_nvidia_smi_q(reading.get("nvidia_smi_q") or "")["gpus"])
+    return len(hvd_health_gpu.parse_nvidia_smi_q(reading.get("nvidia_smi_q") or "")["gpus"])
 
 
 def links_of(reading: Mapping[str, Any], gpus: int | None = None) -> dict[str, Any]:
-    """One node's links (hvd_health.node_links) from its health reading; ``gpus``: its ranks (default: its GPUs)."""
-    smi = hvd_health.parse_nvidia_smi_q(reading.get("nvidia_smi_q") or "")
-    return hvd_health.node_links(smi, hvd_health.parse_nvlink_status(reading.get("nvlink") or ""), reading.get("ib"),
-                                 bool(hvd_fabric.nvswitches(reading.get("pci") or [])), reading.get("modules"),
-                                 len(smi["gpus"]) if gpus is None else gpus)
+    """One node's links (hvd_bandwidth.node_links) from its health reading; ``gpus``: its ranks (default: its GPUs)."""
+    smi = hvd_health_gpu.parse_nvidia_smi_q(reading.get("nvidia_smi_q") or "")
+    return hvd_bandwidth.node_links(smi, hvd_health_gpu.parse_nvlink_status(reading.get("nvlink") or ""), reading.get("ib"),
+                                    bool(hvd_fabric.nvswitches(reading.get("pci") or [])), reading.get("modules"),
+                                    len(smi["gpus"]) if gpus is None else gpus)
 
 
 # --------------------------------------------------------------------------------------------- one run
@@ -161,7 +161,7 @@ class Run:
 
     @property
     def busbw(self) -> dict[str, Any] | None:
-        return hvd_health.largest_size_busbw(self.result)
+        return hvd_bandwidth.largest_size_busbw(self.result)
 
     def as_dict(self) -> dict[str, Any]:
         best = self.busbw
@@ -206,7 +206,7 @@ class Meter:
         self.rounds = 0
 
     def floor(self, nodes: Iterable[str]) -> dict[str, Any]:
-        return hvd_health.run_floor({n: self.links[n] for n in nodes}, self.settings.floor)
+        return hvd_bandwidth.run_floor({n: self.links[n] for n in nodes}, self.settings.floor)
 
     def expected_network(self, nodes: tuple[str, ...]) -> str | None:
         """What NCCL must use between ``nodes``: --transport, else IB where every one has an Active RDMA port."""
@@ -218,19 +218,19 @@ class Meter:
 
     def judge(self, run: Run) -> None:
         nodes = run.nodes
-        run.result = hvd_health.parse_nccl_perf(run.output)
+        run.result = hvd_bandwidth.parse_nccl_perf(run.output)
         if run.rc not in (0, None) and not run.result["errors"] and not run.result["rows"]:
             last = [line.strip() for line in run.output.splitlines() if line.strip()][-1:] or ["no output"]
             run.result["errors"].append(f"exit {run.rc}: {last[0][:300]}")
         elif run.rc is None and not run.result["rows"]:
             run.result["errors"].append(run.output.strip().splitlines()[-1][:300] if run.output.strip() else "no run")
-        run.nccl = hvd_health.parse_nccl_debug(run.output)
+        run.nccl = hvd_bandwidth.parse_nccl_debug(run.output)
         run.floor = self.floor(nodes)
-        findings = hvd_health.check_run(run.result, run.floor, run.collective)
-        findings += hvd_health.check_ranks(run.result, sum(self.links[n]["gpus"] for n in nodes))
+        findings = hvd_bandwidth.check_run(run.result, run.floor, run.collective)
+        findings += hvd_bandwidth.check_ranks(run.result, sum(self.links[n]["gpus"] for n in nodes))
         gdr = len(nodes) > 1 and all(self.links[n]["peermem"] and self.links[n]["net"] for n in nodes)
         nvlink = len(nodes) == 1 and bool(self.links[nodes[0]]["nvlink"])
-        findings += hvd_health.check_run_transport(run.nccl, self.expected_network(nodes), gdr, nvlink)
+        findings += hvd_bandwidth.check_run_transport(run.nccl, self.expected_network(nodes), gdr, nvlink)
         run.findings = findings
 
     def one(self, nodes: tuple[str, ...], collective: str, number: int) -> Run:
@@ -498,7 +498,7 @@ def render(full: Mapping[str, Any]) -> str:
         elif floor["bottleneck"]["kind"] == "given":
             said = f"floor {floor['floor_gbs']:g} GB/s (--floor)"
         else:
-            term = hvd_health.bottleneck_term(floor)
+            term = hvd_bandwidth.bottleneck_term(floor)
             said = (f"floor {floor['floor_gbs']:g} GB/s: {term['node']}: {term['what']}, {term['line_gbs']:g} GB/s x "
                     f"{term['efficiency']:g}")
         lines.append(f"bandwidth (nccl-tests {', '.join(full['collectives'])}, {span}, {ranks}; {said}):")

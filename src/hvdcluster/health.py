@@ -2,9 +2,10 @@
 
 - ``read(root, limit, hosts, quick)`` runs playbooks/health.yml in check mode (one read-only module call per node,
   plugins/modules/hvd_health_read.py, as the login user) and collects each node's reading from the run's events.
-- ``judge(node, reading, expected_gpus)`` applies plugins/module_utils/hvd_health.py's rules to one reading; every finding
-  keeps that module's shape ``{item, severity, found, expected, fix, source}`` plus ``node``. ``notes`` names what
-  could not be judged on the node and why (no NVIDIA device, no InfiniBand adapter, no NVSwitch, no dcgmi).
+- ``judge(node, reading, expected_gpus)`` applies the rules of plugins/module_utils/hvd_health.py (over what
+  hvd_health_gpu.py and hvd_health_net.py parse) to one reading; every finding keeps that module's shape
+  ``{item, severity, found, expected, fix, source}`` plus ``node``. ``notes`` names what could not be judged on the
+  node and why (no NVIDIA device, no InfiniBand adapter, no NVSwitch, no dcgmi).
 - ``assess``, ``render``, ``to_json``, ``exit_code``: the report, folded the way ``clush -b`` folds output.
 
 What a node should have comes from the controller: its GPU count is the ``gpu.count`` the last converge recorded
@@ -16,23 +17,17 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-from ansible_collections.hvd.cluster.plugins.module_utils import hvd_fabric, hvd_health
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bandwidth, hvd_fabric, hvd_health, hvd_health_gpu
 
 from . import nodestate
 from .drift import fold
 
 HEALTH_TASK = nodestate.HEALTH_TASK  # health.yml's task, and state.yml's when `up` reads health in its loop
-FAIL, WARN = "fail", "warn"
+FAIL, WARN = hvd_health.FAIL, hvd_health.WARN
 RECORDED = "the gpu.count the last converge recorded"
 ON_PCI = "the NVIDIA GPUs on the PCI bus"
-
-
-def lib() -> ModuleType:
-    """plugins/module_utils/hvd_health.py: the parsers and rules, shared with the node side."""
-    return hvd_health
 
 
 def read(root: Path, limit: str | None = None, hosts: Iterable[str] = (), quick: bool = False) -> nodestate.Reading:
@@ -61,10 +56,6 @@ def nvswitches(reading: Mapping[str, Any]) -> list[str]:
     return hvd_fabric.nvswitches(reading.get("pci") or [])
 
 
-def _finding(item: str, severity: str, found: str, expected: str, fix: str, source: str) -> dict[str, str]:
-    return {"item": item, "severity": severity, "found": found, "expected": expected, "fix": fix, "source": source}
-
-
 def _gpu_want(reading: Mapping[str, Any], expected: int | None) -> tuple[int, str]:
     """How many GPUs the node should have, and where that number comes from."""
     return (expected, RECORDED) if expected else (len(pci_gpus(reading)), ON_PCI)
@@ -72,50 +63,49 @@ def _gpu_want(reading: Mapping[str, Any], expected: int | None) -> tuple[int, st
 
 def _gpu_findings(reading: Mapping[str, Any], smi: dict[str, Any], want: int, source: str) -> list[dict[str, str]]:
     """nvidia-smi's answer, the count, ECC, retired pages, row remap, PCIe width, persistence, NVLink, Xid, dcgm."""
-    h = lib()
     findings: list[dict[str, str]] = []
     if not smi["gpus"] and (reading.get("nvidia_smi_q_error") or want):
         said = reading.get("nvidia_smi_q_error") or "nvidia-smi -q listed no GPU"
-        findings.append(_finding("gpu.nvidia_smi", FAIL, said, "nvidia-smi -q lists the GPUs",
-                                 "load the NVIDIA driver (hvdcluster up repairs an install; a kernel upgraded without "
-                                 "its modules needs them rebuilt); look for Xid 79 in the kernel log", "nvidia-smi(1)"))
+        findings.append(hvd_health.finding("gpu.nvidia_smi", FAIL, said, "nvidia-smi -q lists the GPUs",
+                                           "load the NVIDIA driver (hvdcluster up repairs an install; a kernel upgraded without "
+                                           "its modules needs them rebuilt); look for Xid 79 in the kernel log", "nvidia-smi(1)"))
     else:
-        for finding in h.check_gpu_count(smi, want):
+        for finding in hvd_health.check_gpu_count(smi, want):
             findings.append({**finding, "expected": f"{finding['expected']} ({source})"})
-        for rule in (h.check_ecc, h.check_retired_pages, h.check_row_remap, h.check_pcie, h.check_persistence):
+        for rule in (hvd_health.check_ecc, hvd_health.check_retired_pages, hvd_health.check_row_remap,
+                     hvd_health.check_pcie, hvd_health.check_persistence):
             findings += rule(smi)  # PCIe: width only; an idle GPU's gen means nothing (hvd_health.check_pcie)
-    findings += h.check_nvlink(h.parse_nvlink_status(reading.get("nvlink") or ""))
+    findings += hvd_health.check_nvlink(hvd_health_gpu.parse_nvlink_status(reading.get("nvlink") or ""))
     log = reading.get("kernel_log")
     if log is None:
-        findings.append(_finding(
+        findings.append(hvd_health.finding(
             "kernel_log", WARN, str(reading.get("kernel_log_error") or "not read"),
             f"the kernel log readable by {reading.get('user') or 'the login user'} (Xid and SXid events)",
             "add the login user to the systemd-journal (or adm) group, or allow dmesg (sysctl kernel.dmesg_restrict=0)",
-            h.SOURCES["xid_catalog"]))
+            hvd_health.SOURCES["xid_catalog"]))
     else:
-        events = h.parse_kernel_log(log)
-        findings += h.check_xid(events) + h.check_sxid(events)
+        events = hvd_health_gpu.parse_kernel_log(log)
+        findings += hvd_health.check_xid(events) + hvd_health.check_sxid(events)
     if reading.get("dcgm_diag"):
-        findings += h.check_dcgm_diag(h.parse_dcgmi_diag(reading["dcgm_diag"]))
+        findings += hvd_health.check_dcgm_diag(hvd_health_gpu.parse_dcgmi_diag(reading["dcgm_diag"]))
     return findings
 
 
 def _fabricmanager_findings(reading: Mapping[str, Any], smi: dict[str, Any]) -> list[dict[str, str]]:
     """An NVSwitch node: Fabric Manager running, at the driver's version to the last digit."""
-    h = lib()
     findings: list[dict[str, str]] = []
     state = (reading.get("fabricmanager_active") or "").strip()
     if state != "active":
         said = state or str(reading.get("fabricmanager_active_error") or "unknown")
-        findings.append(_finding("fabricmanager.active", FAIL, f"nvidia-fabricmanager {said}", "active",
-                                 "systemctl enable --now nvidia-fabricmanager; journalctl -u nvidia-fabricmanager "
-                                 "says why it stopped (without it CUDA cannot initialize the GPUs of an NVSwitch node)",
-                                 h.SOURCES["fabric_manager"]))
-    fm = h.parse_fabricmanager_log(reading.get("fabricmanager_journal") or "")
+        findings.append(hvd_health.finding("fabricmanager.active", FAIL, f"nvidia-fabricmanager {said}", "active",
+                                           "systemctl enable --now nvidia-fabricmanager; journalctl -u nvidia-fabricmanager "
+                                           "says why it stopped (without it CUDA cannot initialize the GPUs of an NVSwitch node)",
+                                           hvd_health.SOURCES["fabric_manager"]))
+    fm = hvd_health_gpu.parse_fabricmanager_log(reading.get("fabricmanager_journal") or "")
     version = re.search(r"(\d+\.\d+(?:\.\d+)+)", reading.get("fabricmanager_version") or "")
     if version:
         fm["fm_version"] = version.group(1)
-    return findings + h.check_fabricmanager(fm, smi.get("driver_version"))
+    return findings + hvd_health.check_fabricmanager(fm, smi.get("driver_version"))
 
 
 def judge(node: str, reading: Mapping[str, Any], expected_gpus: int | None = None) -> list[dict[str, str]]:
@@ -124,16 +114,15 @@ def judge(node: str, reading: Mapping[str, Any], expected_gpus: int | None = Non
     ``expected_gpus``: the GPUs the node should have (expected_gpus(record)); None: the NVIDIA GPUs on its PCI bus.
     A node with no NVIDIA device and none expected has no GPU finding (``notes`` says so).
     """
-    h = lib()
-    smi = h.parse_nvidia_smi_q(reading.get("nvidia_smi_q") or "")
+    smi = hvd_health_gpu.parse_nvidia_smi_q(reading.get("nvidia_smi_q") or "")
     want, source = _gpu_want(reading, expected_gpus)
     gpu_node = bool(want or smi["gpus"])
     findings = _gpu_findings(reading, smi, want, source) if gpu_node else []
     ib = reading.get("ib")
     if ib is not None:
-        findings += h.check_ib_ports(ib)
+        findings += hvd_health.check_ib_ports(ib)
         if gpu_node and reading.get("modules") is not None:
-            findings += h.check_peermem(ib, reading["modules"], len(smi["gpus"]) or want)
+            findings += hvd_health.check_peermem(ib, reading["modules"], len(smi["gpus"]) or want)
     if nvswitches(reading):
         findings += _fabricmanager_findings(reading, smi)
     if gpu_node:
@@ -144,19 +133,17 @@ def judge(node: str, reading: Mapping[str, Any], expected_gpus: int | None = Non
 def _pcie_findings(reading: Mapping[str, Any]) -> list[dict[str, str]]:
     """The IOMMU translating the GPUs' and NICs' DMA, and ACS on the bridges above them (hvd_health_read's
     pcie_paths, acs, iommu_cmdline, iommu_groups; a reading without them, from an older module, judges nothing)."""
-    h = lib()
     paths = reading.get("pcie_paths") or {}
-    findings = h.check_iommu(reading.get("iommu_cmdline"), reading.get("iommu_groups") or {})
+    findings = hvd_health.check_iommu(reading.get("iommu_cmdline"), reading.get("iommu_groups") or {})
     if reading.get("acs") is not None:
-        findings += h.check_acs(reading["acs"], paths, peers=len(paths))
+        findings += hvd_health.check_acs(reading["acs"], paths, peers=len(paths))
     return findings
 
 
 def notes(reading: Mapping[str, Any], expected_gpus: int | None = None) -> list[str]:
     """One line per area not judged on the node, with why."""
-    h = lib()
     want, _ = _gpu_want(reading, expected_gpus)
-    gpu_node = bool(want or h.parse_nvidia_smi_q(reading.get("nvidia_smi_q") or "")["gpus"])
+    gpu_node = bool(want or hvd_health_gpu.parse_nvidia_smi_q(reading.get("nvidia_smi_q") or "")["gpus"])
     out = []
     if not gpu_node:
         out.append("no NVIDIA device: GPU checks skipped (count, ECC, row remap, PCIe, NVLink, Xid, persistence, "
@@ -352,9 +339,8 @@ def judge_postflight(throughput: Mapping[str, Mapping[str, Any]], readings: Mapp
     {judged: {controller: {busbw_gbs, floor_gbs, ok}}, failed: [lines], notes: [lines]}."""
     from . import bandwidth
 
-    h = lib()
     out: dict[str, Any] = {"judged": {}, "failed": [], "notes": []}
-    large = int(h.threshold("busbw.large_bytes")["value"])
+    large = int(hvd_health.threshold("busbw.large_bytes")["value"])
     for controller, figures in sorted(throughput.items()):
         if figures.get("device") not in ("cuda", "gpu"):
             out["notes"].append(f"post-flight {controller}: in host memory: recorded, not judged")
@@ -364,7 +350,7 @@ def judge_postflight(throughput: Mapping[str, Mapping[str, Any]], readings: Mapp
                                 f"{large} the floors assume (hvd_verify_throughput_bytes): recorded, not judged")
             continue
         links = {node: bandwidth.links_of(reading) for node, reading in readings.items()}
-        floor = h.run_floor(links)
+        floor = hvd_bandwidth.run_floor(links)
         if floor["floor_gbs"] is None:
             out["notes"].append(f"post-flight {controller}: not judged: {floor['not_applicable']}")
             continue
@@ -373,7 +359,7 @@ def judge_postflight(throughput: Mapping[str, Mapping[str, Any]], readings: Mapp
         out["judged"][controller] = {"busbw_gbs": busbw, "floor_gbs": floor["floor_gbs"], "ok": ok,
                                      "bottleneck": floor["bottleneck"]}
         if not ok:
-            term = h.bottleneck_term(floor)
+            term = hvd_bandwidth.bottleneck_term(floor)
             out["failed"].append(f"post-flight allreduce ({controller}): busbw {busbw:g} GB/s below the floor "
                                  f"{floor['floor_gbs']:g} GB/s ({term['node']}: {term['what']} x {term['efficiency']:g})"
                                  " — run `hvdcluster health --full` to name the slow node or link")

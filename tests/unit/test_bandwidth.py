@@ -1,6 +1,6 @@
 """`health --full`, health in `up`'s loop and `run`'s health gate (issue 52, items 2-5), on the project's own fixtures.
 
-- Floors: plugins/module_utils/hvd_health.py's run_floor per link kind (NVLink through NVSwitch, NVLink between two
+- Floors: plugins/module_utils/hvd_bandwidth.py's run_floor per link kind (NVLink through NVSwitch, NVLink between two
   GPUs, NVLink without NVSwitch among more, PCIe, InfiniBand ports), each term with its source.
 - The bisection (bandwidth.find_culprit) on simulated measurements: which runs fail is decided by a model of the
   cluster (slow nodes, slow links), never by a real GPU.
@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
 from pathlib import Path
 
 import pytest
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bandwidth, hvd_health, hvd_health_gpu, hvd_health_net
 
 from hvdcluster import bandwidth, cli, health, nodestate
 from hvdcluster.cli import runs
@@ -27,7 +27,6 @@ from tests.conftest import own_gpu_fixture
 from tests.unit.test_cli import SHARED, FakeRun, fake_launches, fake_leases, record_converged
 from tests.unit.test_health_cli import fake_tool, module_reading, pci, reading
 
-H = health.lib()
 H100_Q = "nvidia-smi-q_h100-sxm-2gpu_550.144.03.txt"
 L4_Q = "nvidia-smi-q_l4_555.42.06_pcie-gen1-of-4_x8-of-x16.txt"
 A100_4_Q = "nvidia-smi-q_a100-sxm4-4gpu_450.80.02_single-double-bit-ecc-layout.txt"
@@ -63,48 +62,48 @@ def ib(*rates: float) -> dict:
 
 def cpu_links(gpus: int = 1) -> dict:
     """A node whose links the read cannot see (a container): only its ranks."""
-    return H.node_links({"gpus": []}, [], None, False, [], gpus)
+    return hvd_bandwidth.node_links({"gpus": []}, [], None, False, [], gpus)
 
 
 # ------------------------------------------------------------------------------------------ floors per link kind
 
 
 def test_nvswitch_h100_node_floor_is_its_eighteen_nvlinks_times_the_efficiency_with_sources() -> None:
-    links = H.node_links(H.parse_nvidia_smi_q(read(H100_Q)), nvlinks(18), None, True, [], 8)
-    floor = H.run_floor({"gpu01": links})
+    links = hvd_bandwidth.node_links(hvd_health_gpu.parse_nvidia_smi_q(read(H100_Q)), nvlinks(18), None, True, [], 8)
+    floor = hvd_bandwidth.run_floor({"gpu01": links})
     assert (floor["floor_gbs"], floor["bottleneck"]) == (315.0, {"kind": "nvlink", "node": "gpu01"})
     term, = floor["terms"]
     assert term["what"] == "18 NVLink links x 25 GB/s through NVSwitch" and term["line_gbs"] == 450.0
-    assert H.SOURCES["nvswitch"] in term["source"] and H.threshold("efficiency.nvlink")["source"] in term["source"]
+    assert hvd_health.SOURCES["nvswitch"] in term["source"] and hvd_health.threshold("efficiency.nvlink")["source"] in term["source"]
 
 
 def test_two_gpus_joined_by_nvlink_are_judged_by_their_links_without_an_nvswitch() -> None:
-    links = H.node_links({"gpus": []}, H.parse_nvlink_status(read(NVLINK_A100)), None, False, [], 2)
-    term, = H.run_floor({"gpu01": links})["terms"]
+    links = hvd_bandwidth.node_links({"gpus": []}, hvd_health_gpu.parse_nvlink_status(read(NVLINK_A100)), None, False, [], 2)
+    term, = hvd_bandwidth.run_floor({"gpu01": links})["terms"]
     assert (term["kind"], term["floor_gbs"]) == ("nvlink", 210.0)
-    assert "between its 2 GPUs" in term["what"] and H.SOURCES["nvlink_speeds"] in term["source"]
+    assert "between its 2 GPUs" in term["what"] and hvd_health.SOURCES["nvlink_speeds"] in term["source"]
 
 
 def test_nvlink_without_nvswitch_among_four_gpus_is_judged_by_the_pcie_path_and_says_why() -> None:
-    smi = H.parse_nvidia_smi_q(read(A100_4_Q))
-    links = H.node_links(smi, nvlinks(12), None, False, [], 4)
-    term, = H.run_floor({"gpu02": links})["terms"]
+    smi = hvd_health_gpu.parse_nvidia_smi_q(read(A100_4_Q))
+    links = hvd_bandwidth.node_links(smi, nvlinks(12), None, False, [], 4)
+    term, = hvd_bandwidth.run_floor({"gpu02": links})["terms"]
     assert term["kind"] == "pcie" and "NVLink without NVSwitch among 4 GPUs" in term["what"]
-    assert H.SOURCES["nvlink_mesh"] in term["source"] and H.SOURCES["pcie_rates"] in term["source"]
+    assert hvd_health.SOURCES["nvlink_mesh"] in term["source"] and hvd_health.SOURCES["pcie_rates"] in term["source"]
 
 
 def test_pcie_gpus_are_judged_by_the_generation_and_width_gpu_and_slot_support_not_the_idle_link() -> None:
-    smi = H.parse_nvidia_smi_q(read(L4_Q))
-    links = H.node_links(smi, [], None, False, [], 2)
+    smi = hvd_health_gpu.parse_nvidia_smi_q(read(L4_Q))
+    links = hvd_bandwidth.node_links(smi, [], None, False, [], 2)
     assert links["pcie"] == {"generation": 4, "width": 16}  # idle at Gen1 x8: Max is what the link can do
-    term, = H.run_floor({"gpu03": links})["terms"]
+    term, = hvd_bandwidth.run_floor({"gpu03": links})["terms"]
     assert term["what"] == "PCIe Gen4 x16" and term["floor_gbs"] == pytest.approx(16 * 16 * 128 / 130 / 8 * 0.3, 0.01)
 
 
 def test_between_nodes_the_floor_counts_one_active_ib_port_a_rank_and_names_the_slowest_node() -> None:
-    two_ports = H.node_links({"gpus": []}, [], H.parse_ibstat(read(IB_NDR)), False, [], 1)
-    four_ports = H.node_links({"gpus": []}, nvlinks(18), H.parse_ibstat(read(IB_HDR4)), True, [], 8)
-    floor = H.run_floor({"gpu01": two_ports, "gpu02": four_ports})
+    two_ports = hvd_bandwidth.node_links({"gpus": []}, [], hvd_health_net.parse_ibstat(read(IB_NDR)), False, [], 1)
+    four_ports = hvd_bandwidth.node_links({"gpus": []}, nvlinks(18), hvd_health_net.parse_ibstat(read(IB_HDR4)), True, [], 8)
+    floor = hvd_bandwidth.run_floor({"gpu01": two_ports, "gpu02": four_ports})
     terms = {term["node"]: term for term in floor["terms"] if term["kind"] == "net"}
     assert terms["gpu01"]["what"] == "1 x 400 Gb/s RDMA port" and terms["gpu01"]["floor_gbs"] == 40.0
     assert terms["gpu02"]["what"] == "4 x 200 Gb/s RDMA ports" and terms["gpu02"]["floor_gbs"] == 80.0
@@ -113,23 +112,23 @@ def test_between_nodes_the_floor_counts_one_active_ib_port_a_rank_and_names_the_
 
 
 def test_a_multi_node_run_without_rdma_ports_has_no_floor_unless_one_is_given() -> None:
-    floor = H.run_floor({"n1": cpu_links(), "n2": cpu_links()})
+    floor = hvd_bandwidth.run_floor({"n1": cpu_links(), "n2": cpu_links()})
     assert floor["floor_gbs"] is None and "no Active InfiniBand or RoCE port" in floor["not_applicable"]
     assert "--floor" in floor["not_applicable"]
-    given = H.run_floor({"n1": cpu_links(), "n2": cpu_links()}, given=12.5)
+    given = hvd_bandwidth.run_floor({"n1": cpu_links(), "n2": cpu_links()}, given=12.5)
     assert given["floor_gbs"] == 12.5 and given["bottleneck"] == {"kind": "given", "node": None}
 
 
 def test_one_gpu_is_not_applicable_and_says_why() -> None:
-    floor = H.run_floor({"gpu01": cpu_links(1)})
+    floor = hvd_bandwidth.run_floor({"gpu01": cpu_links(1)})
     assert floor["floor_gbs"] is None and floor["not_applicable"].startswith("1 rank: an all_reduce over one GPU")
 
 
 def test_every_threshold_row_keeps_a_source() -> None:
-    for row in H.THRESHOLDS:
+    for row in hvd_health.THRESHOLDS:
         assert row["source"], row
     for name in ("nvswitch", "nvlink_speeds", "nvlink_mesh", "acs", "acs_bits", "iommu", "iommu_groups", "nccl_gdr"):
-        assert "https://" in H.SOURCES[name]
+        assert "https://" in hvd_health.SOURCES[name]
 
 
 # ------------------------------------------------------------------------------------------ the bisection
@@ -257,7 +256,7 @@ def test_a_socket_fallback_where_ib_is_expected_fails_naming_the_transport() -> 
 
 
 def test_ib_without_gpudirect_rdma_where_peermem_is_loaded_is_a_warning() -> None:
-    links = {n: H.node_links({"gpus": []}, [], ib(400), False, ["nvidia", "nvidia_peermem"], 1) for n in ("a", "b")}
+    links = {n: hvd_bandwidth.node_links({"gpus": []}, [], ib(400), False, ["nvidia", "nvidia_peermem"], 1) for n in ("a", "b")}
     execute, _ = runner(outputs={2: perf(2, "slow")})
     run, = bandwidth.Meter(links, bandwidth.Settings(size=64 << 20), execute).round([("a", "b")], "all_reduce")
     assert {f["item"]: f["severity"] for f in run.findings} == {"nccl.busbw.all_reduce": "fail", "nccl.gdrdma": "warn"}
@@ -322,13 +321,13 @@ def test_a_single_node_that_fails_is_its_own_culprit_without_more_runs() -> None
 
 
 def test_lspci_acs_is_parsed_per_bridge_with_domain_and_bits() -> None:
-    devices = H.parse_lspci_acs(read(LSPCI_ACS))["devices"]
+    devices = hvd_health_net.parse_lspci_acs(read(LSPCI_ACS))["devices"]
     assert devices["0000:02:08.0"]["acsctl"] == {"SrcValid": True, "TransBlk": False, "ReqRedir": True,
                                                  "CmpltRedir": True, "UpstreamFwd": True, "EgressCtrl": False,
                                                  "DirectTrans": False}
     assert devices["0000:00:01.0"]["acsctl"]["SrcValid"] is False
     assert devices["0000:01:00.0"]["acsctl"] is None and devices["0000:03:00.0"]["acsctl"] is None
-    denied = H.parse_lspci_acs(read(LSPCI_DENIED))["devices"]
+    denied = hvd_health_net.parse_lspci_acs(read(LSPCI_DENIED))["devices"]
     assert all(dev["denied"] and dev["acsctl"] is None for dev in denied.values()) and len(denied) == 8
 
 
@@ -338,14 +337,14 @@ PATHS = {"0000:03:00.0": ["0000:00:01.0", "0000:01:00.0", "0000:02:08.0"],
 
 
 def test_acs_redirect_above_a_gpu_and_a_nic_fails_naming_the_bridge_and_the_fix() -> None:
-    findings = H.check_acs(H.parse_lspci_acs(read(LSPCI_ACS)), PATHS, peers=3)
+    findings = hvd_health.check_acs(hvd_health_net.parse_lspci_acs(read(LSPCI_ACS)), PATHS, peers=3)
     assert {(f["item"], f["severity"]) for f in findings} == {("pcie.acs.0000:02:08.0", "fail"),
                                                               ("pcie.acs.0000:02:14.0", "fail")}
     first = findings[0]
     assert first["found"] == ("ACSCtl SrcValid+ ReqRedir+ CmpltRedir+ UpstreamFwd+ on bridge 0000:02:08.0 above "
                               "0000:03:00.0")
-    assert "setpci -s 0000:02:08.0 ECAP_ACS+0x6.w=0000" in first["fix"] and H.SOURCES["acs"] in first["source"]
-    alone = H.check_acs(H.parse_lspci_acs(read(LSPCI_ACS)), {"0000:03:00.0": PATHS["0000:03:00.0"]}, peers=1)
+    assert "setpci -s 0000:02:08.0 ECAP_ACS+0x6.w=0000" in first["fix"] and hvd_health.SOURCES["acs"] in first["source"]
+    alone = hvd_health.check_acs(hvd_health_net.parse_lspci_acs(read(LSPCI_ACS)), {"0000:03:00.0": PATHS["0000:03:00.0"]}, peers=1)
     assert [f["severity"] for f in alone] == ["warn"]  # no peer on the node to send P2P traffic to
 
 
@@ -354,19 +353,19 @@ def test_acs_from_the_config_space_reads_the_control_register_of_the_extended_ca
     config[0x100:0x104] = (0x0001 | (1 << 16) | (0x148 << 20)).to_bytes(4, "little")  # AER, next at 0x148
     config[0x148:0x14c] = (0x000D | (1 << 16)).to_bytes(4, "little")  # ACS, last
     config[0x14e:0x150] = (0b0011101).to_bytes(2, "little")  # SrcValid ReqRedir CmpltRedir UpstreamFwd
-    bits = H.parse_pci_config_acs(bytes(config))
+    bits = hvd_health_net.parse_pci_config_acs(bytes(config))
     assert [name for name, on in bits.items() if on] == ["SrcValid", "ReqRedir", "CmpltRedir", "UpstreamFwd"]
-    assert H.parse_pci_config_acs(bytes(64)) is None and H.parse_pci_config_acs(bytes(4096)) is None
+    assert hvd_health_net.parse_pci_config_acs(bytes(64)) is None and hvd_health_net.parse_pci_config_acs(bytes(4096)) is None
 
 
 def test_an_iommu_translating_gpu_dma_is_a_warning_that_names_the_kernel_setting() -> None:
     groups = {"0000:03:00.0": "DMA-FQ", "0000:05:00.0": "DMA-FQ", "0000:04:00.0": "identity"}
-    finding, = H.check_iommu(read(CMDLINE_ON), groups)
+    finding, = hvd_health.check_iommu(read(CMDLINE_ON), groups)
     assert finding["severity"] == "warn" and "intel_iommu=on" in finding["found"] and "DMA-FQ" in finding["found"]
-    assert "iommu=pt" in finding["fix"] and H.SOURCES["iommu_groups"] in finding["source"]
-    assert H.parse_cmdline_iommu(read(CMDLINE_PT)) == {"intel_iommu": None, "amd_iommu": "on", "iommu": "pt"}
-    assert H.check_iommu(read(CMDLINE_PT), {"0000:03:00.0": "identity"}) == []
-    assert H.check_iommu("", {"0000:03:00.0": None}) == []  # in no group: the IOMMU is off
+    assert "iommu=pt" in finding["fix"] and hvd_health.SOURCES["iommu_groups"] in finding["source"]
+    assert hvd_health_net.parse_cmdline_iommu(read(CMDLINE_PT)) == {"intel_iommu": None, "amd_iommu": "on", "iommu": "pt"}
+    assert hvd_health.check_iommu(read(CMDLINE_PT), {"0000:03:00.0": "identity"}) == []
+    assert hvd_health.check_iommu("", {"0000:03:00.0": None}) == []  # in no group: the IOMMU is off
 
 
 def test_the_node_module_reads_paths_acs_and_iommu_groups_from_sysfs_and_lspci(tmp_path: Path) -> None:
@@ -521,7 +520,7 @@ def test_run_refuses_a_node_whose_last_health_failed_naming_node_and_item_and_no
     assert any("horovodrun" in str(argv[-1]) for argv in launched)
     # A later quick read that passes keeps a --full failure: only --full clears it
     health.record(root, {"gpu02": {"healthy": False, "findings": [{"item": "nccl.culprit", "severity": "fail",
-                                                                    "found": "a slow node"}]}}, health.FULL, "health")
+                                                                   "found": "a slow node"}]}}, health.FULL, "health")
     health.record(root, {"gpu02": {"healthy": True, "findings": []}}, health.QUICK, "health")
     assert [line.startswith("gpu02: last health (health") for line in health.refusals(root, ["gpu02"])] == [True]
 
@@ -543,7 +542,7 @@ ECC = "nvidia-smi-q-d-ECC_h100_550.144.03_dram-uncorrectable.txt"
 
 
 def test_up_ends_with_the_health_read_and_a_failing_node_is_not_ready_exit_1(hosts, rendered, capsys,
-                                                                           monkeypatch) -> None:
+                                                                             monkeypatch) -> None:
     from tests.unit.test_cli import fake_reading
 
     root = rendered / "c1"
@@ -615,7 +614,7 @@ def test_up_accept_measures_after_a_converge_that_ended_well_and_exits_1_naming_
 
 
 def test_up_accept_json_is_the_converges_document_with_the_acceptance_in_it(hosts, rendered, capsys, monkeypatch,
-                                                                             measured) -> None:
+                                                                            measured) -> None:
     from hvdcluster.cli import up
 
     def converged(args):

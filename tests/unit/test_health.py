@@ -1,4 +1,4 @@
-"""plugins/module_utils/hvd_health.py: parsers, rules and the all_reduce bandwidth floor over recorded tool output.
+"""plugins/module_utils/hvd_health*.py and hvd_bandwidth.py: parsers, rules and the all_reduce bandwidth floor over recorded tool output.
 
 No GPU, NVSwitch or InfiniBand adapter is reachable here, so the GPU and fabric outputs are recorded ones: real
 captures from public repositories and issues, read in place from ../shared/fixtures-gpu next to the checkout (its
@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import gpu_fixture
 
-from ansible_collections.hvd.cluster.plugins.module_utils import hvd_health as health
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bandwidth, hvd_health, hvd_health_gpu, hvd_health_net
 
 H100_Q = "nvidia-smi-q_h100-8gpu_535.183.01.txt"
 H100_Q_565 = "nvidia-smi-q_h100-sxm-8gpu_565.57.01.txt"
@@ -67,7 +67,7 @@ def read(name: str) -> str:
 
 
 def smi(name: str) -> dict:
-    return health.parse_nvidia_smi_q(read(name))
+    return hvd_health_gpu.parse_nvidia_smi_q(read(name))
 
 
 def items(findings: list[dict]) -> list[str]:
@@ -124,7 +124,7 @@ def test_smi_q_page_retirement_section_reads_counts_and_pending_per_gpu() -> Non
 
 
 def test_smi_q_xml_reads_the_same_fields() -> None:
-    parsed = health.parse_nvidia_smi_q_xml(read(A100_XML))
+    parsed = hvd_health_gpu.parse_nvidia_smi_q_xml(read(A100_XML))
     assert (parsed["driver_version"], parsed["attached_gpus"], len(parsed["gpus"])) == ("535.54.03", 4, 1)
     gpu = parsed["gpus"][0]
     assert (gpu["bus_id"], gpu["name"], gpu["persistence_mode"]) == ("0000:01:00.0", "NVIDIA A100-SXM4-80GB", False)
@@ -134,14 +134,14 @@ def test_smi_q_xml_reads_the_same_fields() -> None:
 
 
 def test_nvlink_status_reads_links_speeds_and_inactive_ones() -> None:
-    a100 = health.parse_nvlink_status(read(NVLINK_A100))
+    a100 = hvd_health_gpu.parse_nvlink_status(read(NVLINK_A100))
     assert [gpu["index"] for gpu in a100] == list(range(8))
     assert all(len(gpu["links"]) == 12 and all(link["speed_gbs"] == 25.0 for link in gpu["links"]) for gpu in a100)
-    v100, = health.parse_nvlink_status(read(NVLINK_V100))
+    v100, = hvd_health_gpu.parse_nvlink_status(read(NVLINK_V100))
     assert (v100["index"], v100["name"]) == (3, "Tesla V100-SXM2-32GB")
     assert [link["link"] for link in v100["links"] if not link["active"]] == [3, 5]
     assert {link["speed_gbs"] for link in v100["links"] if link["active"]} == {25.781}
-    dead, = health.parse_nvlink_status(read(NVLINK_DEAD))
+    dead, = hvd_health_gpu.parse_nvlink_status(read(NVLINK_DEAD))
     assert (dead["index"], dead["all_inactive"], dead["links"]) == (6, True, [])
 
 
@@ -155,20 +155,20 @@ def test_nvlink_status_reads_links_speeds_and_inactive_ones() -> None:
       ("0000:07:00.0", 20034, None), ("0000:05:00.0", 20034, None)]),
 ])
 def test_kernel_log_finds_every_xid_and_sxid_with_its_bus(name: str, xids: list, sxids: list) -> None:
-    log = health.parse_kernel_log(read(name))
+    log = hvd_health_gpu.parse_kernel_log(read(name))
     assert [(event["bus_id"], event["code"]) for event in log["xid"]] == xids
     assert [(event["bus_id"], event["code"], event["severity"]) for event in log["sxid"]] == sxids
 
 
 def test_kernel_log_keeps_pid_process_and_message() -> None:
-    first = health.parse_kernel_log(read(DMESG_LINES))["xid"][0]
+    first = hvd_health_gpu.parse_kernel_log(read(DMESG_LINES))["xid"][0]
     assert (first["pid"], first["process"], first["message"]) == ("2503421", "python3", "Ch 00000008")
-    remap = health.parse_kernel_log(read(DMESG_LINES))["xid"][1]
+    remap = hvd_health_gpu.parse_kernel_log(read(DMESG_LINES))["xid"][1]
     assert remap["pid"] == "<unknown>" and remap["message"].endswith("All reserved rows for bank are remapped")
 
 
 def test_ibstat_reads_every_port_and_its_link_layer() -> None:
-    ndr = health.parse_ibstat(read(IB_NDR))
+    ndr = hvd_health_net.parse_ibstat(read(IB_NDR))
     ib = [port for port in ndr["ports"] if port["link_layer"] == "InfiniBand"]
     assert [port["ca"] for port in ib] == ["mlx5_0", "mlx5_1", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8",
                                            "mlx5_9"]
@@ -176,14 +176,14 @@ def test_ibstat_reads_every_port_and_its_link_layer() -> None:
                for p in ib)
     assert [(p["ca"], p["link_layer"], p["rate_gbps"]) for p in ndr["ports"] if p not in ib] == [
         ("mlx5_bond_0", "Ethernet", 200.0)]
-    down = health.parse_ibstat(read(IB_NDR_ETH_DOWN))["ports"]
+    down = hvd_health_net.parse_ibstat(read(IB_NDR_ETH_DOWN))["ports"]
     assert [(p["ca"], p["link_layer"]) for p in down if p["state"] == "Down"] == [
         ("mlx5_2", "Ethernet"), ("mlx5_7", "Ethernet"), ("mlx5_8", "Ethernet")]
-    assert health.parse_ibstat(read(IB_NDR))["errors"] == []
+    assert hvd_health_net.parse_ibstat(read(IB_NDR))["errors"] == []
 
 
 def test_ibstat_keeps_the_ports_before_an_ibpanic_and_the_panic() -> None:
-    panic = health.parse_ibstat(read(IB_PANIC))
+    panic = hvd_health_net.parse_ibstat(read(IB_PANIC))
     assert len(panic["ports"]) == 8 and {p["rate_gbps"] for p in panic["ports"]} == {200.0}
     assert panic["errors"] == ["ibpanic: [1400444] main: stat of IB device 'mlx5_8' failed: No such file or directory"]
 
@@ -196,14 +196,14 @@ def test_ib_sysfs_reads_the_kernels_spelling_into_ibstats(tmp_path: Path) -> Non
         port.mkdir(parents=True)
         for name, text in [("state", state), ("phys_state", phys), ("rate", rate), ("link_layer", layer)]:
             (port / name).write_text(text + "\n")
-    parsed = health.parse_ib_sysfs(str(tmp_path))
+    parsed = hvd_health_net.parse_ib_sysfs(str(tmp_path))
     assert parsed["ports"] == [
         {"ca": "mlx5_0", "port": 1, "state": "Active", "physical_state": "LinkUp", "rate_gbps": 400.0,
          "link_layer": "InfiniBand"},
         {"ca": "mlx5_1", "port": 1, "state": "Down", "physical_state": "Disabled", "rate_gbps": 10.0,
          "link_layer": "InfiniBand"}]
-    assert items(health.check_ib_ports(parsed)) == ["ib.port.mlx5_1/1"]
-    assert health.parse_ib_sysfs(str(tmp_path / "absent"))["errors"]
+    assert items(hvd_health.check_ib_ports(parsed)) == ["ib.port.mlx5_1/1"]
+    assert hvd_health_net.parse_ib_sysfs(str(tmp_path / "absent"))["errors"]
 
 
 @pytest.mark.parametrize("name, avg, rows, ranks, hosts", [
@@ -216,66 +216,66 @@ def test_ib_sysfs_reads_the_kernels_spelling_into_ibstats(tmp_path: Path) -> Non
 ])
 def test_all_reduce_perf_reads_average_rows_and_ranks(name: str, avg: float, rows: int, ranks: int,
                                                       hosts: set) -> None:
-    result = health.parse_all_reduce_perf(read(name))
+    result = hvd_bandwidth.parse_nccl_perf(read(name))
     assert result["avg_busbw"] == avg and len(result["rows"]) == rows and len(result["ranks"]) == ranks
     assert {rank["host"] for rank in result["ranks"]} == hosts
     assert result["out_of_bounds_ok"] is True and result["errors"] == []
 
 
 def test_all_reduce_perf_rows_in_both_column_layouts() -> None:
-    new = health.parse_all_reduce_perf(read(AR_H100))["rows"][-1]
+    new = hvd_bandwidth.parse_nccl_perf(read(AR_H100))["rows"][-1]
     assert new == {"size": 17179869184, "count": 2147483648, "type": "double", "redop": "sum", "algbw_out": 275.58,
                    "busbw_out": 482.27, "algbw_in": 275.50, "busbw_in": 482.12, "wrong": 0}
-    old = health.parse_all_reduce_perf(read(AR_A100))["rows"][-1]  # no root column, "error" N/A
+    old = hvd_bandwidth.parse_nccl_perf(read(AR_A100))["rows"][-1]  # no root column, "error" N/A
     assert (old["size"], old["busbw_out"], old["busbw_in"], old["wrong"]) == (8589934592, 235.26, 235.03, 0)
 
 
 def test_all_reduce_perf_failed_run_has_its_errors_and_no_result() -> None:
-    result = health.parse_all_reduce_perf(read(AR_FAIL))
+    result = hvd_bandwidth.parse_nccl_perf(read(AR_FAIL))
     assert result["errors"] == ["test: Test CUDA failure common.cu:941 'system not yet initialized'",
                                 ".. test pid 54340: Test failure common.cu:891"]
     assert (result["rows"], result["avg_busbw"]) == ([], None)
 
 
 def test_measured_bus_bandwidth_takes_large_sizes_not_the_average() -> None:
-    assert health.measured_bus_bandwidth(health.parse_all_reduce_perf(read(AR_A100))) == {
+    assert hvd_bandwidth.measured_bus_bandwidth(hvd_bandwidth.parse_nccl_perf(read(AR_A100))) == {
         "busbw": 235.26, "size": 8589934592}
-    assert health.measured_bus_bandwidth(health.parse_all_reduce_perf(read(AR_10NODE))) == {
+    assert hvd_bandwidth.measured_bus_bandwidth(hvd_bandwidth.parse_nccl_perf(read(AR_10NODE))) == {
         "busbw": 364.07, "size": 2147483648}
     # nothing reached 1 GiB: the largest size counts
-    assert health.measured_bus_bandwidth(health.parse_all_reduce_perf(read(AR_2NODE))) == {
+    assert hvd_bandwidth.measured_bus_bandwidth(hvd_bandwidth.parse_nccl_perf(read(AR_2NODE))) == {
         "busbw": 46.46, "size": 536870912}
 
 
 def test_nccl_debug_names_network_transport_and_ib_devices() -> None:
-    gdr = health.parse_nccl_debug(read(NCCL_GDR))
+    gdr = hvd_bandwidth.parse_nccl_debug(read(NCCL_GDR))
     assert (gdr["version"], gdr["network"], gdr["ib_detected"], gdr["gdrdma"]) == ("2.16.5+cuda11.8", "IB", True, True)
     assert gdr["ib_devices"] == ["mlx5_0:1/RoCE", "mlx5_2:1/IB"] and gdr["transports"] == ["NET/IB"]
-    socket = health.parse_nccl_debug(read(AR_SOCKET))
+    socket = hvd_bandwidth.parse_nccl_debug(read(AR_SOCKET))
     assert (socket["network"], socket["transports"], socket["ib_detected"]) == ("Socket", ["NET/Socket"], False)
-    failed = health.parse_nccl_debug(read(NCCL_IB_ERR))
+    failed = hvd_bandwidth.parse_nccl_debug(read(NCCL_IB_ERR))
     assert failed["ib_devices"] == ["ibP111p0s0:1/IB", "rdmaP1111p0s2:1/RoCE"] and failed["network"] is None
     assert len(failed["warnings"]) == 1 and "with error 12" in failed["warnings"][0]
 
 
 def test_dcgmi_diag_table_reads_results_metadata_and_wrapped_messages() -> None:
-    r1 = health.parse_dcgmi_diag(read(DCGM_R1_FAIL))
+    r1 = hvd_health_gpu.parse_dcgmi_diag(read(DCGM_R1_FAIL))
     assert (r1["passed"], r1["failed"]) == (False, ["Persistence Mode"])
     assert r1["metadata"]["DCGM Version"] == "3.1.8" and r1["metadata"]["Driver Version Detected"] == "550.127.08"
     persistence = next(test for test in r1["tests"] if test["name"] == "Persistence Mode")
     assert persistence["details"][0].startswith("Error: Persistence mode for GPU 0 is currently disabled. The DCGM")
-    r3 = health.parse_dcgmi_diag(read(DCGM_R3_FAIL))
+    r3 = hvd_health_gpu.parse_dcgmi_diag(read(DCGM_R3_FAIL))
     assert r3["failed"] == ["GPU Memory"]
     memory = next(test for test in r3["tests"] if test["name"] == "GPU Memory")
     assert memory["category"] == "Hardware" and len(memory["details"]) == 8
     assert "Unable to initialize CUDA library: 'system not yet initialized'" in memory["details"][7]
-    skips = health.parse_dcgmi_diag(read(DCGM_R3_SKIPS))
+    skips = hvd_health_gpu.parse_dcgmi_diag(read(DCGM_R3_SKIPS))
     assert skips["passed"] is True and len(skips["tests"]) == 15  # the table printed twice counts once
     assert {test["result"] for test in skips["tests"]} == {"Pass", "Skip - All"}
 
 
 def test_dcgmi_diag_json_skips_leading_junk_and_nulls() -> None:
-    diag = health.parse_dcgmi_diag_json(read(DCGM_JSON))
+    diag = hvd_health_gpu.parse_dcgmi_diag_json(read(DCGM_JSON))
     assert diag["passed"] is True and diag["metadata"] == {"DCGM Version": "3.1.0"}
     assert len(diag["tests"]) == 10 and diag["tests"][-1]["name"] == "software"
     assert {test["result"] for test in diag["tests"]} == {"Pass"}
@@ -289,7 +289,7 @@ def test_dcgmi_diag_json_skips_leading_junk_and_nulls() -> None:
 ])
 def test_fabricmanager_log_reads_versions_and_failure(name: str, fm: str, driver: str, mismatch: bool,
                                                       failed: bool) -> None:
-    parsed = health.parse_fabricmanager_log(read(name))
+    parsed = hvd_health_gpu.parse_fabricmanager_log(read(name))
     assert (parsed["fm_version"], parsed["driver_version"], parsed["mismatch"], parsed["failed"]) == (
         fm, driver, mismatch, failed)
 
@@ -298,7 +298,7 @@ def test_fabricmanager_log_reads_versions_and_failure(name: str, fm: str, driver
 
 
 def test_every_finding_names_item_found_expected_fix_and_source() -> None:
-    found = health.check_pcie(smi(L4_LINK), under_load=True) + health.check_xid(health.parse_kernel_log(read(DMESG_79)))
+    found = hvd_health.check_pcie(smi(L4_LINK), under_load=True) + hvd_health.check_xid(hvd_health_gpu.parse_kernel_log(read(DMESG_79)))
     assert found
     for finding in found:
         assert set(finding) == {"item", "severity", "found", "expected", "fix", "source"}
@@ -306,58 +306,58 @@ def test_every_finding_names_item_found_expected_fix_and_source() -> None:
 
 
 def test_gpu_count_below_expected_is_named() -> None:
-    assert health.check_gpu_count(smi(H100_Q), 8) == []
-    short, = health.check_gpu_count(smi(A100_Q), 8)
+    assert hvd_health.check_gpu_count(smi(H100_Q), 8) == []
+    short, = hvd_health.check_gpu_count(smi(A100_Q), 8)
     assert (short["item"], short["found"], short["expected"]) == ("gpu.count", "4 GPUs", "8 GPUs")
 
 
 def test_uncorrectable_ecc_count_is_a_failure() -> None:
     """No recording shows a non-zero counter: one volatile DRAM count of the clean H100 reading is raised."""
     clean = smi(H100_Q)
-    assert health.check_ecc(clean) == [] and health.check_ecc(smi(A10_REMAP)) == []
+    assert hvd_health.check_ecc(clean) == [] and hvd_health.check_ecc(smi(A10_REMAP)) == []
     bad = copy.deepcopy(clean)
     bad["gpus"][2]["ecc_uncorrectable"]["volatile"] = 3
-    finding, = health.check_ecc(bad)
+    finding, = hvd_health.check_ecc(bad)
     assert finding["item"] == "gpu.ecc.0000:75:00.0" and "volatile 3" in finding["found"]
 
 
 def test_pending_page_retirement_is_named_per_gpu() -> None:
-    assert health.check_retired_pages(smi(PAGES_CLEAN)) == []
-    assert items(health.check_retired_pages(smi(PAGES_EDITED))) == [
+    assert hvd_health.check_retired_pages(smi(PAGES_CLEAN)) == []
+    assert items(hvd_health.check_retired_pages(smi(PAGES_EDITED))) == [
         "gpu.retired_pages.0002:00:00.0", "gpu.retired_pages.0004:00:00.0", "gpu.retired_pages.0006:00:00.0",
         "gpu.retired_pages.0008:00:00.0"]
 
 
 def test_row_remap_pending_and_failure_are_failures() -> None:
-    pending, = health.check_row_remap(smi(A10_REMAP))
+    pending, = hvd_health.check_row_remap(smi(A10_REMAP))
     assert (pending["item"], pending["found"]) == (
         "gpu.row_remap.0000:07:00.0", "row remap pending (4 rows for uncorrectable errors)")
-    assert health.check_row_remap(smi(H100_Q)) == []
+    assert hvd_health.check_row_remap(smi(H100_Q)) == []
     failed = smi(A10_REMAP)  # no recording of a failed remap: the A10's flag is raised
     failed["gpus"][0]["remapped_rows"]["failure"] = True
-    assert "RMA" in health.check_row_remap(failed)[0]["fix"]
+    assert "RMA" in hvd_health.check_row_remap(failed)[0]["fix"]
 
 
 def test_pcie_width_is_always_judged_and_gen_only_under_load() -> None:
-    idle = health.check_pcie(smi(L4_LINK))
+    idle = hvd_health.check_pcie(smi(L4_LINK))
     assert [(f["item"], f["found"], f["expected"]) for f in idle] == [
         ("gpu.pcie_width.0000:01:00.0", "PCIe x8", "x16")]
-    assert items(health.check_pcie(smi(L4_LINK), under_load=True)) == [
+    assert items(hvd_health.check_pcie(smi(L4_LINK), under_load=True)) == [
         "gpu.pcie_width.0000:01:00.0", "gpu.pcie_gen.0000:01:00.0"]
-    assert health.check_pcie(smi(H100_Q), under_load=True) == []
+    assert hvd_health.check_pcie(smi(H100_Q), under_load=True) == []
 
 
 def test_persistence_mode_off_is_a_warning() -> None:
-    off, = health.check_persistence(health.parse_nvidia_smi_q_xml(read(A100_XML)))
+    off, = hvd_health.check_persistence(hvd_health_gpu.parse_nvidia_smi_q_xml(read(A100_XML)))
     assert (off["item"], off["severity"]) == ("gpu.persistence.0000:01:00.0", "warn")
-    assert health.check_persistence(smi(H100_Q)) == []
+    assert hvd_health.check_persistence(smi(H100_Q)) == []
 
 
 def test_inactive_nvlink_links_are_named() -> None:
-    assert health.check_nvlink(health.parse_nvlink_status(read(NVLINK_A100))) == []
-    v100, = health.check_nvlink(health.parse_nvlink_status(read(NVLINK_V100)))
+    assert hvd_health.check_nvlink(hvd_health_gpu.parse_nvlink_status(read(NVLINK_A100))) == []
+    v100, = hvd_health.check_nvlink(hvd_health_gpu.parse_nvlink_status(read(NVLINK_V100)))
     assert (v100["item"], v100["found"]) == ("gpu.nvlink.3", "GPU 3 (Tesla V100-SXM2-32GB): inactive links 3, 5")
-    dead, = health.check_nvlink(health.parse_nvlink_status(read(NVLINK_DEAD)))
+    dead, = hvd_health.check_nvlink(hvd_health_gpu.parse_nvlink_status(read(NVLINK_DEAD)))
     assert dead["item"] == "gpu.nvlink.6" and "all links inactive" in dead["found"]
 
 
@@ -369,119 +369,119 @@ def test_inactive_nvlink_links_are_named() -> None:
     (DMESG_79, [("gpu.xid.0000:91:00.0.79", "fail")]),
 ])
 def test_xid_events_are_judged_by_their_meaning(name: str, judged: list) -> None:
-    found = health.check_xid(health.parse_kernel_log(read(name)))
+    found = hvd_health.check_xid(hvd_health_gpu.parse_kernel_log(read(name)))
     assert [(f["item"], f["severity"]) for f in found] == judged
-    assert all(f["source"] == health.SOURCES["xid_catalog"] for f in found)
+    assert all(f["source"] == hvd_health.SOURCES["xid_catalog"] for f in found)
 
 
 def test_xid_counts_repeats_and_a_clean_log_has_none() -> None:
-    contained = health.check_xid(health.parse_kernel_log(read(DMESG_DBE)))[2]
+    contained = hvd_health.check_xid(hvd_health_gpu.parse_kernel_log(read(DMESG_DBE)))[2]
     assert contained["found"].startswith("Xid 94 x9 (Contained ECC error")
-    assert health.check_xid(health.parse_kernel_log(read(FM_LOG))) == []  # an FM log: no kernel lines
+    assert hvd_health.check_xid(hvd_health_gpu.parse_kernel_log(read(FM_LOG))) == []  # an FM log: no kernel lines
 
 
 def test_xid_meaning_covers_the_common_codes() -> None:
     for code in (13, 31, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 119):
-        meaning = health.XID_MEANING[code]
+        meaning = hvd_health.XID_MEANING[code]
         assert meaning["severity"] in ("fail", "warn") and meaning["name"] and meaning["meaning"] and meaning["action"]
 
 
 def test_sxid_fatal_fails_and_non_fatal_warns() -> None:
-    fatal = health.check_sxid(health.parse_kernel_log(read(DMESG_79)))
+    fatal = hvd_health.check_sxid(hvd_health_gpu.parse_kernel_log(read(DMESG_79)))
     assert [(f["item"], f["severity"]) for f in fatal] == [
         ("nvswitch.sxid.0000:05:00.0.20034", "fail"), ("nvswitch.sxid.0000:06:00.0.20034", "fail"),
         ("nvswitch.sxid.0000:07:00.0.20034", "fail")]
     assert fatal[2]["found"] == "SXid 20034 on nvidia-nvswitch2 x3: Fatal, Link 37 LTSSM Fault Up"
-    non_fatal, = health.check_sxid(health.parse_kernel_log(read(DMESG_LINES)))
+    non_fatal, = hvd_health.check_sxid(hvd_health_gpu.parse_kernel_log(read(DMESG_LINES)))
     assert (non_fatal["item"], non_fatal["severity"]) == ("nvswitch.sxid.0000:85:00.0.12028", "warn")
 
 
 def test_ib_port_down_is_named_and_other_link_layers_are_left_alone() -> None:
-    down, = health.check_ib_ports(health.parse_ibstat(read(IB_PORT_DOWN)))
+    down, = hvd_health.check_ib_ports(hvd_health_net.parse_ibstat(read(IB_PORT_DOWN)))
     assert (down["item"], down["found"]) == ("ib.port.mlx5_3/1", "Down / Disabled")  # mlx5_1 (Ethernet) not named
-    assert health.check_ib_ports(health.parse_ibstat(read(IB_NDR))) == []
-    assert health.check_ib_ports(health.parse_ibstat(read(IB_NDR_ETH_DOWN))) == []
-    assert items(health.check_ib_ports(health.parse_ibstat(read(IB_NDR_ETH_DOWN)), link_layers=("Ethernet",))) == [
+    assert hvd_health.check_ib_ports(hvd_health_net.parse_ibstat(read(IB_NDR))) == []
+    assert hvd_health.check_ib_ports(hvd_health_net.parse_ibstat(read(IB_NDR_ETH_DOWN))) == []
+    assert items(hvd_health.check_ib_ports(hvd_health_net.parse_ibstat(read(IB_NDR_ETH_DOWN)), link_layers=("Ethernet",))) == [
         "ib.port.mlx5_2/1", "ib.port.mlx5_7/1", "ib.port.mlx5_8/1"]
     # a RoCE fabric: two CX-7 ports down; the CX-6 Dx ports at 100 are not slow next to the CX-7s at 400
-    assert items(health.check_ib_ports(health.parse_ibstat(read(IB_ROCE)), link_layers=("Ethernet",))) == [
+    assert items(hvd_health.check_ib_ports(hvd_health_net.parse_ibstat(read(IB_ROCE)), link_layers=("Ethernet",))) == [
         "ib.port.mlx5_11/1", "ib.port.mlx5_5/1"]
 
 
 def test_ib_rate_below_the_expected_one_is_named() -> None:
-    hdr = health.parse_ibstat(read(IB_HDR))
-    assert health.check_ib_ports(hdr) == [] and health.check_ib_ports(hdr, expected_rate=200) == []
-    slow = health.check_ib_ports(hdr, expected_rate=400)  # an NDR plan on this HDR node
+    hdr = hvd_health_net.parse_ibstat(read(IB_HDR))
+    assert hvd_health.check_ib_ports(hdr) == [] and hvd_health.check_ib_ports(hdr, expected_rate=200) == []
+    slow = hvd_health.check_ib_ports(hdr, expected_rate=400)  # an NDR plan on this HDR node
     assert items(slow) == [f"ib.rate.mlx5_{n}/1" for n in range(1, 9)]
     assert {(f["found"], f["expected"]) for f in slow} == {("200 Gb/s", "400 Gb/s")}
 
 
 def test_ibstat_panic_is_a_failure() -> None:
-    panic, = health.check_ib_ports(health.parse_ibstat(read(IB_PANIC)))
+    panic, = hvd_health.check_ib_ports(hvd_health_net.parse_ibstat(read(IB_PANIC)))
     assert panic["item"] == "ib.read" and "mlx5_8" in panic["found"]
 
 
 def test_socket_transport_beside_an_active_ib_port_is_a_failure() -> None:
     """The socket run and the ibstat come from different machines: the rule needs only the two readings."""
-    socket = health.parse_nccl_debug(read(AR_SOCKET))
-    finding, = health.check_nccl_transport(socket, health.parse_ibstat(read(IB_NDR)))
+    socket = hvd_bandwidth.parse_nccl_debug(read(AR_SOCKET))
+    finding, = hvd_bandwidth.check_nccl_transport(socket, hvd_health_net.parse_ibstat(read(IB_NDR)))
     assert (finding["item"], finding["found"]) == ("nccl.transport", "NCCL used NET/Socket")
     assert "mlx5_0/1" in finding["expected"]
-    assert health.check_nccl_transport(socket, health.parse_ibstat(read(IB_ROCE))) == []  # no IB port at all
-    assert health.check_nccl_transport(health.parse_nccl_debug(read(NCCL_GDR)),
-                                       health.parse_ibstat(read(IB_PORT_DOWN))) == []
+    assert hvd_bandwidth.check_nccl_transport(socket, hvd_health_net.parse_ibstat(read(IB_ROCE))) == []  # no IB port at all
+    assert hvd_bandwidth.check_nccl_transport(hvd_bandwidth.parse_nccl_debug(read(NCCL_GDR)),
+                                              hvd_health_net.parse_ibstat(read(IB_PORT_DOWN))) == []
 
 
 def test_gpus_beside_an_active_ib_port_without_nvidia_peermem_is_a_warning() -> None:
-    ib = health.parse_ibstat(read(IB_NDR))
-    finding, = health.check_peermem(ib, ["nvidia", "nvidia_uvm"], 8)
+    ib = hvd_health_net.parse_ibstat(read(IB_NDR))
+    finding, = hvd_health.check_peermem(ib, ["nvidia", "nvidia_uvm"], 8)
     assert (finding["item"], finding["severity"]) == ("gpu.peermem", "warn") and "mlx5_0/1" in finding["found"]
-    assert health.check_peermem(ib, ["nvidia", "nvidia_peermem"], 8) == []
-    assert health.check_peermem(ib, [], 0) == []  # no GPU
-    assert health.check_peermem(health.parse_ibstat(read(IB_ROCE)), [], 8) == []  # Ethernet ports only
+    assert hvd_health.check_peermem(ib, ["nvidia", "nvidia_peermem"], 8) == []
+    assert hvd_health.check_peermem(ib, [], 0) == []  # no GPU
+    assert hvd_health.check_peermem(hvd_health_net.parse_ibstat(read(IB_ROCE)), [], 8) == []  # Ethernet ports only
 
 
 def test_fabric_manager_version_must_equal_the_driver() -> None:
     for name, fm, driver in [(FM_SYSTEMCTL, "550.127.05", "550.120"), (FM_JOURNAL, "530.30.02", "530.41.03")]:
-        finding, = health.check_fabricmanager(health.parse_fabricmanager_log(read(name)))
+        finding, = hvd_health.check_fabricmanager(hvd_health_gpu.parse_fabricmanager_log(read(name)))
         assert finding["found"] == f"Fabric Manager {fm}, driver {driver}" and driver in finding["fix"]
-    running = health.parse_fabricmanager_log(read(FM_LOG))
-    assert health.check_fabricmanager(running, driver_version="535.161.08") == []
-    assert items(health.check_fabricmanager(running, driver_version="535.183.01")) == ["fabricmanager.version"]
+    running = hvd_health_gpu.parse_fabricmanager_log(read(FM_LOG))
+    assert hvd_health.check_fabricmanager(running, driver_version="535.161.08") == []
+    assert items(hvd_health.check_fabricmanager(running, driver_version="535.183.01")) == ["fabricmanager.version"]
 
 
 def test_dcgm_diag_failures_are_named_and_skips_are_not() -> None:
-    r1, = health.check_dcgm_diag(health.parse_dcgmi_diag(read(DCGM_R1_FAIL)))
+    r1, = hvd_health.check_dcgm_diag(hvd_health_gpu.parse_dcgmi_diag(read(DCGM_R1_FAIL)))
     assert r1["item"] == "dcgm.diag.persistence_mode" and "currently disabled" in r1["found"]
-    r3, = health.check_dcgm_diag(health.parse_dcgmi_diag(read(DCGM_R3_FAIL)))
+    r3, = hvd_health.check_dcgm_diag(hvd_health_gpu.parse_dcgmi_diag(read(DCGM_R3_FAIL)))
     assert r3["item"] == "dcgm.diag.gpu_memory" and r3["found"].startswith("GPU Memory: Fail - All (Warning: GPU 0")
-    assert health.check_dcgm_diag(health.parse_dcgmi_diag(read(DCGM_R3_SKIPS))) == []
-    assert health.check_dcgm_diag(health.parse_dcgmi_diag_json(read(DCGM_JSON))) == []
+    assert hvd_health.check_dcgm_diag(hvd_health_gpu.parse_dcgmi_diag(read(DCGM_R3_SKIPS))) == []
+    assert hvd_health.check_dcgm_diag(hvd_health_gpu.parse_dcgmi_diag_json(read(DCGM_JSON))) == []
 
 
 # ------------------------------------------------------------------------------------------ bandwidth floor
 
 
 def test_every_threshold_row_has_a_value_and_a_source() -> None:
-    ids = [row["id"] for row in health.THRESHOLDS]
+    ids = [row["id"] for row in hvd_health.THRESHOLDS]
     assert len(ids) == len(set(ids))
-    for row in health.THRESHOLDS:
+    for row in hvd_health.THRESHOLDS:
         assert row["value"] > 0 and row["unit"] and row["source"]
     # the Gen5 lane rate the kernel prints in the mlx5 line of DMESG_LINES: 504.112 Gb/s for x16
-    assert health.threshold("pcie.5.lane_gbs")["value"] * 16 * 8 == pytest.approx(504.112, abs=0.01)
+    assert hvd_health.threshold("pcie.5.lane_gbs")["value"] * 16 * 8 == pytest.approx(504.112, abs=0.01)
 
 
 def test_floor_is_the_slowest_kind_times_its_efficiency() -> None:
-    floor = health.bus_bandwidth_floor([{"kind": "nvlink", "generation": 4, "count": 18},
-                                        {"kind": "net", "rate_gbps": 400, "count": 8}])
+    floor = hvd_bandwidth.bus_bandwidth_floor([{"kind": "nvlink", "generation": 4, "count": 18},
+                                               {"kind": "net", "rate_gbps": 400, "count": 8}])
     assert (floor["floor_gbs"], floor["bottleneck"]) == (315.0, "nvlink")  # 450 x 0.7 below 400 x 0.8
     assert {term["kind"]: term["line_gbs"] for term in floor["terms"]} == {"nvlink": 450.0, "net": 400.0}
-    pcie = health.bus_bandwidth_floor([{"kind": "pcie", "generation": 4, "width": 16}])
+    pcie = hvd_bandwidth.bus_bandwidth_floor([{"kind": "pcie", "generation": 4, "width": 16}])
     assert pcie["floor_gbs"] == pytest.approx(16 * 16 * 128 / 130 / 8 * 0.3, abs=0.01)
     with pytest.raises(ValueError):
-        health.bus_bandwidth_floor([])
+        hvd_bandwidth.bus_bandwidth_floor([])
     with pytest.raises(KeyError):
-        health.bus_bandwidth_floor([{"kind": "nvlink", "generation": 9, "count": 18}])
+        hvd_bandwidth.bus_bandwidth_floor([{"kind": "nvlink", "generation": 9, "count": 18}])
 
 
 @pytest.mark.parametrize("run, links, floor_gbs", [
@@ -492,44 +492,44 @@ def test_floor_is_the_slowest_kind_times_its_efficiency() -> None:
 ])
 def test_recorded_healthy_runs_pass_their_floor(run: str, links: list | str, floor_gbs: float) -> None:
     if isinstance(links, str):
-        links = health.nvlink_links(health.parse_nvlink_status(read(links)))
-    floor = health.bus_bandwidth_floor(links)
+        links = hvd_bandwidth.nvlink_links(hvd_health_gpu.parse_nvlink_status(read(links)))
+    floor = hvd_bandwidth.bus_bandwidth_floor(links)
     assert floor["floor_gbs"] == floor_gbs
-    assert health.check_bus_bandwidth(health.parse_all_reduce_perf(read(run)), floor) == []
+    assert hvd_bandwidth.check_bus_bandwidth(hvd_bandwidth.parse_nccl_perf(read(run)), floor) == []
 
 
 def test_the_a100_average_alone_would_have_failed_its_floor() -> None:
     """Why the floor is judged at large sizes: the A100 run's average over 1 byte to 8 GiB is 68 GB/s."""
-    result = health.parse_all_reduce_perf(read(AR_A100))
-    floor = health.bus_bandwidth_floor(health.nvlink_links(health.parse_nvlink_status(read(NVLINK_A100))))
-    assert result["avg_busbw"] < floor["floor_gbs"] < health.measured_bus_bandwidth(result)["busbw"]
+    result = hvd_bandwidth.parse_nccl_perf(read(AR_A100))
+    floor = hvd_bandwidth.bus_bandwidth_floor(hvd_bandwidth.nvlink_links(hvd_health_gpu.parse_nvlink_status(read(NVLINK_A100))))
+    assert result["avg_busbw"] < floor["floor_gbs"] < hvd_bandwidth.measured_bus_bandwidth(result)["busbw"]
 
 
 def test_socket_fallback_run_is_flagged_below_its_floor() -> None:
     """The EKS nodes' NICs are not named; even a single 100 Gb/s port gives a floor five times what it reached."""
-    floor = health.bus_bandwidth_floor([{"kind": "net", "rate_gbps": 100, "count": 1}])
-    finding, = health.check_bus_bandwidth(health.parse_all_reduce_perf(read(AR_SOCKET)), floor)
+    floor = hvd_bandwidth.bus_bandwidth_floor([{"kind": "net", "rate_gbps": 100, "count": 1}])
+    finding, = hvd_bandwidth.check_bus_bandwidth(hvd_bandwidth.parse_nccl_perf(read(AR_SOCKET)), floor)
     assert (finding["item"], finding["found"]) == ("nccl.busbw", "2 GB/s busbw at 1073741824 bytes")
     assert finding["expected"] == ">= 10 GB/s (12.5 GB/s net line rate x 0.8)"
-    assert finding["source"] == health.threshold("efficiency.net")["source"]
+    assert finding["source"] == hvd_health.threshold("efficiency.net")["source"]
 
 
 def test_a_run_that_reached_one_nic_of_eight_is_flagged() -> None:
     """The 2-node smoke run (one rank a node, 46 GB/s) judged as if its ranks had used all eight NDR ports."""
-    floor = health.bus_bandwidth_floor(health.net_links(health.parse_ibstat(read(IB_NDR))))
+    floor = hvd_bandwidth.bus_bandwidth_floor(hvd_bandwidth.net_links(hvd_health_net.parse_ibstat(read(IB_NDR))))
     assert (floor["floor_gbs"], floor["bottleneck"]) == (320.0, "net")
-    slow, = health.check_bus_bandwidth(health.parse_all_reduce_perf(read(AR_2NODE)), floor)
+    slow, = hvd_bandwidth.check_bus_bandwidth(hvd_bandwidth.parse_nccl_perf(read(AR_2NODE)), floor)
     assert (slow["item"], slow["found"]) == ("nccl.busbw", "46.46 GB/s busbw at 536870912 bytes")
 
 
 def test_nvlink_links_count_only_the_active_links_of_the_slowest_gpu() -> None:
-    v100 = health.nvlink_links(health.parse_nvlink_status(read(NVLINK_V100)))
+    v100 = hvd_bandwidth.nvlink_links(hvd_health_gpu.parse_nvlink_status(read(NVLINK_V100)))
     assert v100 == [{"kind": "nvlink", "gbs_per_link": 25.781, "count": 4}]  # links 3 and 5 down
-    assert health.bus_bandwidth_floor(v100)["floor_gbs"] == round(4 * 25.781 * 0.7, 2)
-    assert health.nvlink_links(health.parse_nvlink_status(read(NVLINK_DEAD))) == []  # no NVLink: pass PCIe
+    assert hvd_bandwidth.bus_bandwidth_floor(v100)["floor_gbs"] == round(4 * 25.781 * 0.7, 2)
+    assert hvd_bandwidth.nvlink_links(hvd_health_gpu.parse_nvlink_status(read(NVLINK_DEAD))) == []  # no NVLink: pass PCIe
 
 
 def test_failed_run_is_a_failure_before_any_floor() -> None:
-    floor = health.bus_bandwidth_floor([{"kind": "nvlink", "generation": 4, "count": 18}])
-    failed, = health.check_bus_bandwidth(health.parse_all_reduce_perf(read(AR_FAIL)), floor)
+    floor = hvd_bandwidth.bus_bandwidth_floor([{"kind": "nvlink", "generation": 4, "count": 18}])
+    failed, = hvd_bandwidth.check_bus_bandwidth(hvd_bandwidth.parse_nccl_perf(read(AR_FAIL)), floor)
     assert failed["item"] == "nccl.all_reduce" and "system not yet initialized" in failed["found"]

@@ -14,6 +14,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_health_net
 
 from hvdcluster import cli, health
 from tests.conftest import own_gpu_fixture
@@ -77,7 +78,7 @@ def test_xid_79_in_the_kernel_log_fails_and_names_the_gpu() -> None:
 
 
 def test_an_active_ib_port_beside_gpus_without_nvidia_peermem_is_a_warning() -> None:
-    ib = health.lib().parse_ibstat(read(IB_NDR))
+    ib = hvd_health_net.parse_ibstat(read(IB_NDR))
     findings = health.judge("gpu01", h100(ib=ib), 2)
     assert items(findings) == {"gpu.peermem": "warn"}
     assert findings[0]["found"] == "nvidia_peermem not loaded (2 GPUs, Active ports mlx5_0/1, mlx5_1/1)"
@@ -190,7 +191,7 @@ def test_a_failure_exits_1_and_healthy_nodes_exit_0(hosts: Path, rendered: Path,
 
 
 def test_warnings_are_printed_and_exit_0_an_unreachable_node_exits_1(hosts: Path, rendered: Path, capsys,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     fake_health(monkeypatch, {"gpu01": h100(kernel_log=None, kernel_log_error="dmesg: refused \x1b[2J")})
     assert cli.main(["health", str(hosts), "-o", str(rendered), "--limit", "gpu01"]) == 0
     out = capsys.readouterr().out

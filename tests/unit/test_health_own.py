@@ -1,4 +1,4 @@
-"""plugins/module_utils/hvd_health.py: parsers, rules and the all_reduce bandwidth floor over the project's own
+"""plugins/module_utils/hvd_health*.py and hvd_bandwidth.py: parsers, rules and the all_reduce bandwidth floor over the project's own
 fixtures.
 
 tests/unit/fixtures/gpu holds GPU and fabric tool outputs we wrote in each tool's documented format (its README.md
@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import own_gpu_fixture
 
-from ansible_collections.hvd.cluster.plugins.module_utils import hvd_health as health
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bandwidth, hvd_health, hvd_health_gpu, hvd_health_net
 
 H100_Q = "nvidia-smi-q_h100-sxm-2gpu_550.144.03.txt"
 A100_Q = "nvidia-smi-q_a100-sxm4-4gpu_450.80.02_single-double-bit-ecc-layout.txt"
@@ -61,7 +61,7 @@ def read(name: str) -> str:
 
 
 def smi(name: str) -> dict:
-    return health.parse_nvidia_smi_q(read(name))
+    return hvd_health_gpu.parse_nvidia_smi_q(read(name))
 
 
 def items(findings: list[dict]) -> list[str]:
@@ -131,7 +131,7 @@ def test_smi_q_page_retirement_section_reads_counts_and_pending_per_gpu() -> Non
 
 
 def test_smi_q_xml_reads_the_same_fields() -> None:
-    parsed = health.parse_nvidia_smi_q_xml(read(A100_XML))
+    parsed = hvd_health_gpu.parse_nvidia_smi_q_xml(read(A100_XML))
     assert (parsed["driver_version"], parsed["cuda_version"], parsed["attached_gpus"]) == ("535.183.06", "12.2", 1)
     gpu, = parsed["gpus"]
     assert (gpu["bus_id"], gpu["name"], gpu["persistence_mode"]) == ("0000:41:00.0", "NVIDIA A100-PCIE-40GB", False)
@@ -143,15 +143,15 @@ def test_smi_q_xml_reads_the_same_fields() -> None:
 
 
 def test_nvlink_status_reads_links_speeds_and_inactive_ones() -> None:
-    a100 = health.parse_nvlink_status(read(NVLINK_A100))
+    a100 = hvd_health_gpu.parse_nvlink_status(read(NVLINK_A100))
     assert [gpu["index"] for gpu in a100] == [0, 1]
     assert all(len(gpu["links"]) == 12 and all(link["speed_gbs"] == 25.0 for link in gpu["links"]) for gpu in a100)
     assert a100[1]["uuid"] == "GPU-7e91c2d4-0b5a-4f13-8c6e-2a4f9d01b83d"
-    v100, = health.parse_nvlink_status(read(NVLINK_V100))
+    v100, = hvd_health_gpu.parse_nvlink_status(read(NVLINK_V100))
     assert (v100["index"], v100["name"]) == (1, "Tesla V100-SXM2-16GB")
     assert [link["link"] for link in v100["links"] if not link["active"]] == [1, 4]
     assert {link["speed_gbs"] for link in v100["links"] if link["active"]} == {25.781}
-    dead, = health.parse_nvlink_status(read(NVLINK_DEAD))
+    dead, = hvd_health_gpu.parse_nvlink_status(read(NVLINK_DEAD))
     assert (dead["index"], dead["all_inactive"], dead["links"]) == (2, True, [])
 
 
@@ -165,23 +165,23 @@ def test_nvlink_status_reads_links_speeds_and_inactive_ones() -> None:
 ])
 def test_kernel_log_finds_every_xid_and_sxid_with_its_bus(name: str, xids: list, sxids: list) -> None:
     """dmesg, dmesg -T and journalctl -k lines alike."""
-    log = health.parse_kernel_log(read(name))
+    log = hvd_health_gpu.parse_kernel_log(read(name))
     assert [(event["bus_id"], event["code"]) for event in log["xid"]] == xids
     assert [(event["bus_id"], event["code"], event["severity"]) for event in log["sxid"]] == sxids
 
 
 def test_kernel_log_keeps_pid_process_and_message() -> None:
-    first, remap = health.parse_kernel_log(read(DMESG_LINES))["xid"]
+    first, remap = hvd_health_gpu.parse_kernel_log(read(DMESG_LINES))["xid"]
     assert (first["pid"], first["process"], first["message"]) == ("88123", "python", "Ch 00000010")
     assert remap["pid"] == "<unknown>" and remap["message"] == "Row Remapper Error: no spare row left in the bank"
     # the form NVIDIA's memory error guide shows, without name=: the whole rest is the message
-    last = health.parse_kernel_log(read(DMESG_DBE))["xid"][-1]
+    last = hvd_health_gpu.parse_kernel_log(read(DMESG_DBE))["xid"][-1]
     assert (last["pid"], last["process"]) == (None, None)
     assert last["message"] == "pid=53115, Contained: CE User Channel (0x9). RST: No, D-RST: No"
 
 
 def test_ibstat_reads_every_port_and_its_link_layer() -> None:
-    ndr = health.parse_ibstat(read(IB_NDR))
+    ndr = hvd_health_net.parse_ibstat(read(IB_NDR))
     ib = [port for port in ndr["ports"] if port["link_layer"] == "InfiniBand"]
     assert [port["ca"] for port in ib] == ["mlx5_0", "mlx5_1"]
     assert all((p["port"], p["state"], p["physical_state"], p["rate_gbps"], p["ca_type"]) ==
@@ -193,7 +193,7 @@ def test_ibstat_reads_every_port_and_its_link_layer() -> None:
 
 
 def test_ibstat_keeps_the_ports_before_an_ibpanic_and_the_panic() -> None:
-    panic = health.parse_ibstat(read(IB_PANIC))
+    panic = hvd_health_net.parse_ibstat(read(IB_PANIC))
     assert len(panic["ports"]) == 2 and {p["rate_gbps"] for p in panic["ports"]} == {200.0}
     assert panic["errors"] == ["ibpanic: [23817] main: stat of IB device 'mlx5_2' failed: No such file or directory"]
 
@@ -208,24 +208,24 @@ def test_ibstat_keeps_the_ports_before_an_ibpanic_and_the_panic() -> None:
 ])
 def test_all_reduce_perf_reads_average_rows_and_ranks(name: str, avg: float, rows: int, ranks: int,
                                                       hosts: set) -> None:
-    result = health.parse_all_reduce_perf(read(name))
+    result = hvd_bandwidth.parse_nccl_perf(read(name))
     assert result["avg_busbw"] == avg and len(result["rows"]) == rows and len(result["ranks"]) == ranks
     assert {rank["host"] for rank in result["ranks"]} == hosts
     assert result["out_of_bounds_ok"] is True and result["errors"] == []
 
 
 def test_all_reduce_perf_rows_in_both_column_layouts() -> None:
-    new = health.parse_all_reduce_perf(read(AR_H100))["rows"][-1]
+    new = hvd_bandwidth.parse_nccl_perf(read(AR_H100))["rows"][-1]
     assert new == {"size": 4294967296, "count": 1073741824, "type": "float", "redop": "sum", "algbw_out": 275.41,
                    "busbw_out": 481.96, "algbw_in": 275.85, "busbw_in": 482.74, "wrong": 0}
-    old = health.parse_all_reduce_perf(read(AR_A100))["rows"][-1]  # no root column, "error" N/A under -c 0
+    old = hvd_bandwidth.parse_nccl_perf(read(AR_A100))["rows"][-1]  # no root column, "error" N/A under -c 0
     assert (old["size"], old["busbw_out"], old["busbw_in"], old["wrong"]) == (8589934592, 230.20, 230.35, 0)
-    rank = health.parse_all_reduce_perf(read(AR_2x8))["ranks"][9]
+    rank = hvd_bandwidth.parse_nccl_perf(read(AR_2x8))["ranks"][9]
     assert rank == {"rank": 9, "host": "gpu02", "device": 1, "bus_id": "0x2a", "name": "NVIDIA H100 80GB HBM3"}
 
 
 def test_all_reduce_perf_failed_run_has_its_errors_and_no_result() -> None:
-    result = health.parse_all_reduce_perf(read(AR_FAIL))
+    result = hvd_bandwidth.parse_nccl_perf(read(AR_FAIL))
     assert result["errors"] == ["gpu05: Test CUDA failure common.cu:1035 'system not yet initialized'",
                                 ".. gpu05 pid 72210: Test failure common.cu:1177",
                                 ".. gpu05 pid 72210: Test failure all_reduce.cu:90"]
@@ -233,32 +233,32 @@ def test_all_reduce_perf_failed_run_has_its_errors_and_no_result() -> None:
 
 
 def test_measured_bus_bandwidth_takes_large_sizes_not_the_average() -> None:
-    assert health.measured_bus_bandwidth(health.parse_all_reduce_perf(read(AR_A100))) == {
+    assert hvd_bandwidth.measured_bus_bandwidth(hvd_bandwidth.parse_nccl_perf(read(AR_A100))) == {
         "busbw": 230.35, "size": 8589934592}
-    assert health.measured_bus_bandwidth(health.parse_all_reduce_perf(read(AR_2x8))) == {
+    assert hvd_bandwidth.measured_bus_bandwidth(hvd_bandwidth.parse_nccl_perf(read(AR_2x8))) == {
         "busbw": 362.91, "size": 4294967296}  # the best of the 1 GiB and 4 GiB rows, in-place here
     # nothing reached 1 GiB: the largest size counts
-    assert health.measured_bus_bandwidth(health.parse_all_reduce_perf(read(AR_2NODE))) == {
+    assert hvd_bandwidth.measured_bus_bandwidth(hvd_bandwidth.parse_nccl_perf(read(AR_2NODE))) == {
         "busbw": 45.93, "size": 536870912}
-    assert health.measured_bus_bandwidth(health.parse_all_reduce_perf(read(AR_FAIL))) is None
+    assert hvd_bandwidth.measured_bus_bandwidth(hvd_bandwidth.parse_nccl_perf(read(AR_FAIL))) is None
 
 
 def test_nccl_debug_names_network_transport_and_ib_devices() -> None:
-    gdr = health.parse_nccl_debug(read(NCCL_GDR))
+    gdr = hvd_bandwidth.parse_nccl_debug(read(NCCL_GDR))
     assert (gdr["version"], gdr["network"], gdr["ib_detected"], gdr["gdrdma"]) == ("2.21.5+cuda12.4", "IB", True, True)
     assert gdr["ib_devices"] == ["mlx5_0:1/IB", "mlx5_1:1/IB"] and gdr["transports"] == ["NET/IB"]  # " [RO]" left out
     assert (gdr["warnings"], gdr["ib_no_device"]) == ([], False)
-    socket = health.parse_nccl_debug(read(AR_SOCKET))
+    socket = hvd_bandwidth.parse_nccl_debug(read(AR_SOCKET))
     assert (socket["network"], socket["transports"], socket["ib_detected"]) == ("Socket", ["NET/Socket"], False)
     assert socket["version"] == "2.21.5+cuda12.4"
-    failed = health.parse_nccl_debug(read(NCCL_IB_ERR))
+    failed = hvd_bandwidth.parse_nccl_debug(read(NCCL_IB_ERR))
     assert failed["ib_devices"] == ["mlx5_0:1/IB", "mlx5_2:1/RoCE"] and failed["network"] is None
     assert failed["transports"] == ["NET/IB"] and failed["gdrdma"] is False
     assert len(failed["warnings"]) == 1 and "with error 12" in failed["warnings"][0]
 
 
 def test_dcgmi_diag_table_reads_results_metadata_and_wrapped_messages() -> None:
-    r1 = health.parse_dcgmi_diag(read(DCGM_R1_FAIL))
+    r1 = hvd_health_gpu.parse_dcgmi_diag(read(DCGM_R1_FAIL))
     assert (r1["passed"], r1["failed"]) == (False, ["Persistence Mode"])
     assert r1["metadata"] == {"DCGM Version": "3.3.9", "Driver Version Detected": "550.144.03",
                               "GPU Device IDs Detected": "2330,2330"}
@@ -267,20 +267,20 @@ def test_dcgmi_diag_table_reads_results_metadata_and_wrapped_messages() -> None:
         "Error: Persistence mode for GPU 1 is disabled. Enable persistence mode by running "
         "\"nvidia-smi -i <gpuId> -pm 1 \" as root."]  # three wrapped lines, joined where dcgmi cut the words
     assert len(r1["tests"]) == 9
-    r3 = health.parse_dcgmi_diag(read(DCGM_R3_FAIL))
+    r3 = hvd_health_gpu.parse_dcgmi_diag(read(DCGM_R3_FAIL))
     assert r3["failed"] == ["GPU Memory"]
     memory = next(test for test in r3["tests"] if test["name"] == "GPU Memory")
     assert memory["category"] == "Hardware" and len(memory["details"]) == 2
     assert memory["details"][1].startswith(
         "Warning: GPU 1 Unable to initialize CUDA library: 'system not yet initialized'. Check that a CUDA program")
-    skips = health.parse_dcgmi_diag(read(DCGM_R3_SKIPS))
+    skips = hvd_health_gpu.parse_dcgmi_diag(read(DCGM_R3_SKIPS))
     assert skips["passed"] is True and len(skips["tests"]) == 14  # the table printed twice counts once
     assert {test["result"] for test in skips["tests"]} == {"Pass", "Skip - All"}
     assert skips["metadata"]["GPU Device IDs Detected"] == "2bb5,2bb5"
 
 
 def test_dcgmi_diag_json_skips_leading_lines_and_nulls() -> None:
-    diag = health.parse_dcgmi_diag_json(read(DCGM_JSON))
+    diag = hvd_health_gpu.parse_dcgmi_diag_json(read(DCGM_JSON))
     assert diag["passed"] is True and diag["metadata"] == {"DCGM Version": "3.3.9"}
     assert len(diag["tests"]) == 11 and diag["tests"][-1]["name"] == "GPU Memory"
     assert {test["result"] for test in diag["tests"]} == {"Pass"}  # a Skip next to a Pass: the Pass counts
@@ -296,15 +296,15 @@ def test_dcgmi_diag_json_skips_leading_lines_and_nulls() -> None:
 ])
 def test_fabricmanager_log_reads_versions_and_failure(name: str, fm: str, driver: str, mismatch: bool,
                                                       failed: bool) -> None:
-    parsed = health.parse_fabricmanager_log(read(name))
+    parsed = hvd_health_gpu.parse_fabricmanager_log(read(name))
     assert (parsed["fm_version"], parsed["driver_version"], parsed["mismatch"], parsed["failed"]) == (
         fm, driver, mismatch, failed)
 
 
 def test_fabricmanager_log_keeps_its_error_lines() -> None:
-    assert [line.split("] ")[-1] for line in health.parse_fabricmanager_log(read(FM_LOG))["errors"]] == [
+    assert [line.split("] ")[-1] for line in hvd_health_gpu.parse_fabricmanager_log(read(FM_LOG))["errors"]] == [
         "detected NVSwitch non-fatal error 12028 on fid 0 on NVSwitch pci bus id 00000000:86:00.0 physical id 1 port 8"]
-    no_switch = health.parse_fabricmanager_log(read(FM_NO_SWITCH))["errors"]
+    no_switch = hvd_health_gpu.parse_fabricmanager_log(read(FM_NO_SWITCH))["errors"]
     assert len(no_switch) == 1 and "[NV_WARN_NOTHING_TO_DO]" in no_switch[0]
 
 
@@ -312,7 +312,7 @@ def test_fabricmanager_log_keeps_its_error_lines() -> None:
 
 
 def test_every_finding_names_item_found_expected_fix_and_source() -> None:
-    found = health.check_pcie(smi(L4_LINK), under_load=True) + health.check_xid(health.parse_kernel_log(read(DMESG_79)))
+    found = hvd_health.check_pcie(smi(L4_LINK), under_load=True) + hvd_health.check_xid(hvd_health_gpu.parse_kernel_log(read(DMESG_79)))
     assert found
     for finding in found:
         assert set(finding) == {"item", "severity", "found", "expected", "fix", "source"}
@@ -320,61 +320,61 @@ def test_every_finding_names_item_found_expected_fix_and_source() -> None:
 
 
 def test_gpu_count_below_expected_is_named() -> None:
-    assert health.check_gpu_count(smi(H100_Q), 2) == []
-    short, = health.check_gpu_count(smi(A100_Q), 8)
+    assert hvd_health.check_gpu_count(smi(H100_Q), 2) == []
+    short, = hvd_health.check_gpu_count(smi(A100_Q), 8)
     assert (short["item"], short["severity"], short["found"], short["expected"]) == (
         "gpu.count", "fail", "4 GPUs", "8 GPUs")
 
 
 def test_uncorrectable_ecc_count_is_a_failure() -> None:
-    assert health.check_ecc(smi(H100_Q)) == [] and health.check_ecc(smi(A10_REMAP)) == []
-    assert health.check_ecc(smi(A100_Q)) == []  # the R450 layout's Double Bit totals: 0
-    finding, = health.check_ecc(smi(ECC_DBE))
+    assert hvd_health.check_ecc(smi(H100_Q)) == [] and hvd_health.check_ecc(smi(A10_REMAP)) == []
+    assert hvd_health.check_ecc(smi(A100_Q)) == []  # the R450 layout's Double Bit totals: 0
+    finding, = hvd_health.check_ecc(smi(ECC_DBE))
     assert (finding["item"], finding["severity"]) == ("gpu.ecc.0000:2a:00.0", "fail")
     assert finding["found"] == "uncorrectable ECC errors: volatile 3, aggregate 3"
 
 
 def test_pending_page_retirement_is_named_per_gpu() -> None:
-    assert health.check_retired_pages(smi(PAGES_CLEAN)) == []
-    pending = health.check_retired_pages(smi(PAGES_PENDING))
+    assert hvd_health.check_retired_pages(smi(PAGES_CLEAN)) == []
+    pending = hvd_health.check_retired_pages(smi(PAGES_PENDING))
     assert items(pending) == ["gpu.retired_pages.0000:07:00.0", "gpu.retired_pages.0000:0b:00.0"]
     assert pending[1]["found"] == "pages pending retirement (3 single, 1 double bit retired)"
     assert {finding["severity"] for finding in pending} == {"fail"}
 
 
 def test_row_remap_pending_and_failure_are_failures() -> None:
-    pending, = health.check_row_remap(smi(A10_REMAP))
+    pending, = hvd_health.check_row_remap(smi(A10_REMAP))
     assert (pending["item"], pending["severity"], pending["found"]) == (
         "gpu.row_remap.0000:af:00.0", "fail", "row remap pending (2 rows for uncorrectable errors)")
-    assert health.check_row_remap(smi(H100_Q)) == []
+    assert hvd_health.check_row_remap(smi(H100_Q)) == []
     failed = smi(A10_REMAP)  # no fixture shows a failed remap: the A10's flag is raised
     failed["gpus"][0]["remapped_rows"]["failure"] = True
-    finding, = health.check_row_remap(failed)
+    finding, = hvd_health.check_row_remap(failed)
     assert finding["found"] == "row remapping failure occurred" and "RMA" in finding["fix"]
 
 
 def test_pcie_width_is_always_judged_and_gen_only_under_load() -> None:
-    idle = health.check_pcie(smi(L4_LINK))
+    idle = hvd_health.check_pcie(smi(L4_LINK))
     assert [(f["item"], f["severity"], f["found"], f["expected"]) for f in idle] == [
         ("gpu.pcie_width.0000:c1:00.0", "fail", "PCIe x8", "x16")]
-    under_load = health.check_pcie(smi(L4_LINK), under_load=True)
+    under_load = hvd_health.check_pcie(smi(L4_LINK), under_load=True)
     assert items(under_load) == ["gpu.pcie_width.0000:c1:00.0", "gpu.pcie_gen.0000:c1:00.0"]
     assert (under_load[1]["found"], under_load[1]["expected"]) == ("PCIe Gen1 under load", "Gen4")
-    assert health.check_pcie(smi(H100_Q), under_load=True) == []
+    assert hvd_health.check_pcie(smi(H100_Q), under_load=True) == []
 
 
 def test_persistence_mode_off_is_a_warning() -> None:
-    off, = health.check_persistence(health.parse_nvidia_smi_q_xml(read(A100_XML)))
+    off, = hvd_health.check_persistence(hvd_health_gpu.parse_nvidia_smi_q_xml(read(A100_XML)))
     assert (off["item"], off["severity"]) == ("gpu.persistence.0000:41:00.0", "warn")
-    assert health.check_persistence(smi(H100_Q)) == []
+    assert hvd_health.check_persistence(smi(H100_Q)) == []
 
 
 def test_inactive_nvlink_links_are_named() -> None:
-    assert health.check_nvlink(health.parse_nvlink_status(read(NVLINK_A100))) == []
-    v100, = health.check_nvlink(health.parse_nvlink_status(read(NVLINK_V100)))
+    assert hvd_health.check_nvlink(hvd_health_gpu.parse_nvlink_status(read(NVLINK_A100))) == []
+    v100, = hvd_health.check_nvlink(hvd_health_gpu.parse_nvlink_status(read(NVLINK_V100)))
     assert (v100["item"], v100["severity"], v100["found"]) == (
         "gpu.nvlink.1", "fail", "GPU 1 (Tesla V100-SXM2-16GB): inactive links 1, 4")
-    dead, = health.check_nvlink(health.parse_nvlink_status(read(NVLINK_DEAD)))
+    dead, = hvd_health.check_nvlink(hvd_health_gpu.parse_nvlink_status(read(NVLINK_DEAD)))
     assert dead["item"] == "gpu.nvlink.2" and dead["found"] == "GPU 2 (NVIDIA A100-SXM4-80GB): all links inactive"
 
 
@@ -386,106 +386,106 @@ def test_inactive_nvlink_links_are_named() -> None:
     (DMESG_79, [("gpu.xid.0000:ba:00.0.79", "fail")]),
 ])
 def test_xid_events_are_judged_by_their_meaning(name: str, judged: list) -> None:
-    found = health.check_xid(health.parse_kernel_log(read(name)))
+    found = hvd_health.check_xid(hvd_health_gpu.parse_kernel_log(read(name)))
     assert [(f["item"], f["severity"]) for f in found] == judged
-    assert all(f["source"] == health.SOURCES["xid_catalog"] for f in found)
+    assert all(f["source"] == hvd_health.SOURCES["xid_catalog"] for f in found)
 
 
 def test_xid_counts_repeats_and_a_clean_log_has_none() -> None:
-    contained = health.check_xid(health.parse_kernel_log(read(DMESG_DBE)))[2]
+    contained = hvd_health.check_xid(hvd_health_gpu.parse_kernel_log(read(DMESG_DBE)))[2]
     assert contained["found"].startswith("Xid 94 x3 (Contained ECC error")
-    gsp, = health.check_xid(health.parse_kernel_log(read(DMESG_119)))
+    gsp, = hvd_health.check_xid(hvd_health_gpu.parse_kernel_log(read(DMESG_119)))
     assert gsp["found"].startswith("Xid 119 x3 (GSP RPC Timeout")
-    assert health.check_xid(health.parse_kernel_log(read(FM_LOG))) == []  # an FM log: no kernel lines
+    assert hvd_health.check_xid(hvd_health_gpu.parse_kernel_log(read(FM_LOG))) == []  # an FM log: no kernel lines
 
 
 def test_an_xid_outside_the_table_is_a_warning_to_look_up() -> None:
     """No fixture logs one: the 79 of the fixture's line becomes 149, a code XID_MEANING does not hold."""
     line = next(line for line in read(DMESG_79).splitlines() if "NVRM: Xid" in line).replace("): 79,", "): 149,")
-    unknown, = health.check_xid(health.parse_kernel_log(line))
+    unknown, = hvd_health.check_xid(hvd_health_gpu.parse_kernel_log(line))
     assert (unknown["item"], unknown["severity"]) == ("gpu.xid.0000:ba:00.0.149", "warn")
     assert unknown["found"].startswith("Xid 149 x1 (unknown Xid") and "Xid catalog" in unknown["fix"]
 
 
 def test_sxid_fatal_fails_and_non_fatal_warns() -> None:
-    fatal = health.check_sxid(health.parse_kernel_log(read(DMESG_79)))
+    fatal = hvd_health.check_sxid(hvd_health_gpu.parse_kernel_log(read(DMESG_79)))
     assert [(f["item"], f["severity"]) for f in fatal] == [
         ("nvswitch.sxid.0000:05:00.0.20034", "fail"), ("nvswitch.sxid.0000:06:00.0.20034", "fail")]
     assert fatal[1]["found"] == "SXid 20034 on nvidia-nvswitch1 x2: Fatal, Link 30 LTSSM Fault Up"
-    non_fatal, = health.check_sxid(health.parse_kernel_log(read(DMESG_LINES)))
+    non_fatal, = hvd_health.check_sxid(hvd_health_gpu.parse_kernel_log(read(DMESG_LINES)))
     assert (non_fatal["item"], non_fatal["severity"]) == ("nvswitch.sxid.0000:86:00.0.12028", "warn")
     assert non_fatal["found"] == ("SXid 12028 on nvidia-nvswitch1 x1: Non-fatal, Link 08 egress non-posted PRIV error "
                                   "(First)")
 
 
 def test_ib_port_down_is_named_and_other_link_layers_are_left_alone() -> None:
-    down = health.check_ib_ports(health.parse_ibstat(read(IB_PORT_DOWN)))
+    down = hvd_health.check_ib_ports(hvd_health_net.parse_ibstat(read(IB_PORT_DOWN)))
     # mlx5_1 (Ethernet, down) is not named; mlx5_3 trained at 100 beside its sibling at 200
     assert [(f["item"], f["severity"], f["found"], f["expected"]) for f in down] == [
         ("ib.port.mlx5_2/1", "fail", "Down / Polling", "Active / LinkUp"),
         ("ib.rate.mlx5_3/1", "fail", "100 Gb/s", "200 Gb/s")]
-    assert health.check_ib_ports(health.parse_ibstat(read(IB_NDR))) == []
-    assert items(health.check_ib_ports(health.parse_ibstat(read(IB_NDR)), link_layers=("Ethernet",))) == [
+    assert hvd_health.check_ib_ports(hvd_health_net.parse_ibstat(read(IB_NDR))) == []
+    assert items(hvd_health.check_ib_ports(hvd_health_net.parse_ibstat(read(IB_NDR)), link_layers=("Ethernet",))) == [
         "ib.port.mlx5_2/1", "ib.port.mlx5_3/1"]
     # a RoCE fabric: two CX-7 ports down; the CX-6 Dx ports at 100 are not slow next to the CX-7s at 400
-    assert items(health.check_ib_ports(health.parse_ibstat(read(IB_ROCE)), link_layers=("Ethernet",))) == [
+    assert items(hvd_health.check_ib_ports(hvd_health_net.parse_ibstat(read(IB_ROCE)), link_layers=("Ethernet",))) == [
         "ib.port.mlx5_1/1", "ib.port.mlx5_3/1"]
 
 
 def test_ib_rate_below_the_expected_one_is_named() -> None:
-    hdr = health.parse_ibstat(read(IB_HDR))
-    assert health.check_ib_ports(hdr) == [] and health.check_ib_ports(hdr, expected_rate=200) == []
-    slow = health.check_ib_ports(hdr, expected_rate=400)  # an NDR plan on this HDR node
+    hdr = hvd_health_net.parse_ibstat(read(IB_HDR))
+    assert hvd_health.check_ib_ports(hdr) == [] and hvd_health.check_ib_ports(hdr, expected_rate=200) == []
+    slow = hvd_health.check_ib_ports(hdr, expected_rate=400)  # an NDR plan on this HDR node
     assert items(slow) == [f"ib.rate.mlx5_{n}/1" for n in range(4)]
     assert {(f["severity"], f["found"], f["expected"]) for f in slow} == {("fail", "200 Gb/s", "400 Gb/s")}
 
 
 def test_ibstat_panic_is_a_failure() -> None:
-    panic, = health.check_ib_ports(health.parse_ibstat(read(IB_PANIC)))
+    panic, = hvd_health.check_ib_ports(hvd_health_net.parse_ibstat(read(IB_PANIC)))
     assert (panic["item"], panic["severity"]) == ("ib.read", "fail") and "mlx5_2" in panic["found"]
 
 
 def test_socket_transport_beside_an_active_ib_port_is_a_failure() -> None:
     """The socket run and the ibstat stand for different machines: the rule needs only the two readings."""
-    socket = health.parse_nccl_debug(read(AR_SOCKET))
-    finding, = health.check_nccl_transport(socket, health.parse_ibstat(read(IB_NDR)))
+    socket = hvd_bandwidth.parse_nccl_debug(read(AR_SOCKET))
+    finding, = hvd_bandwidth.check_nccl_transport(socket, hvd_health_net.parse_ibstat(read(IB_NDR)))
     assert (finding["item"], finding["severity"], finding["found"]) == (
         "nccl.transport", "fail", "NCCL used NET/Socket")
     assert finding["expected"] == "NET/IB over the Active ports (mlx5_0/1, mlx5_1/1)"
-    assert health.check_nccl_transport(socket, health.parse_ibstat(read(IB_ROCE))) == []  # no IB port at all
-    assert health.check_nccl_transport(health.parse_nccl_debug(read(NCCL_GDR)),
-                                       health.parse_ibstat(read(IB_PORT_DOWN))) == []
+    assert hvd_bandwidth.check_nccl_transport(socket, hvd_health_net.parse_ibstat(read(IB_ROCE))) == []  # no IB port at all
+    assert hvd_bandwidth.check_nccl_transport(hvd_bandwidth.parse_nccl_debug(read(NCCL_GDR)),
+                                              hvd_health_net.parse_ibstat(read(IB_PORT_DOWN))) == []
 
 
 def test_gpus_beside_an_active_ib_port_without_nvidia_peermem_is_a_warning() -> None:
-    ib = health.parse_ibstat(read(IB_NDR))
-    finding, = health.check_peermem(ib, ["nvidia", "nvidia_uvm"], 2)
+    ib = hvd_health_net.parse_ibstat(read(IB_NDR))
+    finding, = hvd_health.check_peermem(ib, ["nvidia", "nvidia_uvm"], 2)
     assert (finding["item"], finding["severity"]) == ("gpu.peermem", "warn")
     assert finding["found"] == "nvidia_peermem not loaded (2 GPUs, Active ports mlx5_0/1, mlx5_1/1)"
-    assert health.check_peermem(ib, ["nvidia", "nvidia_peermem"], 2) == []
-    assert health.check_peermem(ib, [], 0) == []  # no GPU
-    assert health.check_peermem(health.parse_ibstat(read(IB_ROCE)), [], 8) == []  # Ethernet ports only
+    assert hvd_health.check_peermem(ib, ["nvidia", "nvidia_peermem"], 2) == []
+    assert hvd_health.check_peermem(ib, [], 0) == []  # no GPU
+    assert hvd_health.check_peermem(hvd_health_net.parse_ibstat(read(IB_ROCE)), [], 8) == []  # Ethernet ports only
 
 
 def test_fabric_manager_version_must_equal_the_driver() -> None:
     for name, fm, driver in [(FM_SYSTEMCTL, "550.90.07", "550.144.03"), (FM_JOURNAL, "535.104.05", "535.161.08")]:
-        finding, = health.check_fabricmanager(health.parse_fabricmanager_log(read(name)))
+        finding, = hvd_health.check_fabricmanager(hvd_health_gpu.parse_fabricmanager_log(read(name)))
         assert (finding["item"], finding["severity"]) == ("fabricmanager.version", "fail")
         assert finding["found"] == f"Fabric Manager {fm}, driver {driver}" and driver in finding["fix"]
-    running = health.parse_fabricmanager_log(read(FM_LOG))
-    assert health.check_fabricmanager(running, driver_version=smi(H100_Q)["driver_version"]) == []
-    assert items(health.check_fabricmanager(running, driver_version="550.127.05")) == ["fabricmanager.version"]
-    assert health.check_fabricmanager(health.parse_fabricmanager_log(read(FM_NO_SWITCH))) == []  # no version known
+    running = hvd_health_gpu.parse_fabricmanager_log(read(FM_LOG))
+    assert hvd_health.check_fabricmanager(running, driver_version=smi(H100_Q)["driver_version"]) == []
+    assert items(hvd_health.check_fabricmanager(running, driver_version="550.127.05")) == ["fabricmanager.version"]
+    assert hvd_health.check_fabricmanager(hvd_health_gpu.parse_fabricmanager_log(read(FM_NO_SWITCH))) == []  # no version known
 
 
 def test_dcgm_diag_failures_are_named_and_skips_are_not() -> None:
-    r1, = health.check_dcgm_diag(health.parse_dcgmi_diag(read(DCGM_R1_FAIL)))
+    r1, = hvd_health.check_dcgm_diag(hvd_health_gpu.parse_dcgmi_diag(read(DCGM_R1_FAIL)))
     assert (r1["item"], r1["severity"]) == ("dcgm.diag.persistence_mode", "fail")
     assert r1["found"].startswith("Persistence Mode: Fail (Error: Persistence mode for GPU 1 is disabled.")
-    r3, = health.check_dcgm_diag(health.parse_dcgmi_diag(read(DCGM_R3_FAIL)))
+    r3, = hvd_health.check_dcgm_diag(hvd_health_gpu.parse_dcgmi_diag(read(DCGM_R3_FAIL)))
     assert r3["item"] == "dcgm.diag.gpu_memory" and r3["found"].startswith("GPU Memory: Fail - All (Warning: GPU 0")
-    assert health.check_dcgm_diag(health.parse_dcgmi_diag(read(DCGM_R3_SKIPS))) == []
-    assert health.check_dcgm_diag(health.parse_dcgmi_diag_json(read(DCGM_JSON))) == []
+    assert hvd_health.check_dcgm_diag(hvd_health_gpu.parse_dcgmi_diag(read(DCGM_R3_SKIPS))) == []
+    assert hvd_health.check_dcgm_diag(hvd_health_gpu.parse_dcgmi_diag_json(read(DCGM_JSON))) == []
 
 
 # ------------------------------------------------------------------------------------------ bandwidth floor
@@ -495,7 +495,7 @@ def test_the_kernels_pcie_rates_are_the_threshold_rows() -> None:
     """The mlx5 line of DMESG_LINES: the kernel's own Gb/s for Gen5 x8 and x16 (pcie_print_link_status)."""
     line = next(line for line in read(DMESG_LINES).splitlines() if "available PCIe bandwidth" in line)
     available, capable = (float(n) for n in re.findall(r"([\d.]+) Gb/s", line))
-    lane = health.threshold("pcie.5.lane_gbs")["value"]
+    lane = hvd_health.threshold("pcie.5.lane_gbs")["value"]
     assert (lane * 8 * 8, lane * 16 * 8) == (pytest.approx(available, abs=0.001), pytest.approx(capable, abs=0.001))
 
 
@@ -509,55 +509,55 @@ def test_the_kernels_pcie_rates_are_the_threshold_rows() -> None:
 ])
 def test_healthy_runs_pass_their_floor(run: str, links: list | str, floor_gbs: float) -> None:
     if isinstance(links, str):
-        links = health.nvlink_links(health.parse_nvlink_status(read(links)))
-    floor = health.bus_bandwidth_floor(links)
+        links = hvd_bandwidth.nvlink_links(hvd_health_gpu.parse_nvlink_status(read(links)))
+    floor = hvd_bandwidth.bus_bandwidth_floor(links)
     assert floor["floor_gbs"] == floor_gbs
-    assert health.check_bus_bandwidth(health.parse_all_reduce_perf(read(run)), floor) == []
+    assert hvd_bandwidth.check_bus_bandwidth(hvd_bandwidth.parse_nccl_perf(read(run)), floor) == []
 
 
 def test_the_a100_average_alone_would_have_failed_its_floor() -> None:
     """Why the floor is judged at large sizes: the A100 run's average over 8 bytes to 8 GiB is 77 GB/s."""
-    result = health.parse_all_reduce_perf(read(AR_A100))
-    floor = health.bus_bandwidth_floor(health.nvlink_links(health.parse_nvlink_status(read(NVLINK_A100))))
-    assert result["avg_busbw"] < floor["floor_gbs"] < health.measured_bus_bandwidth(result)["busbw"]
+    result = hvd_bandwidth.parse_nccl_perf(read(AR_A100))
+    floor = hvd_bandwidth.bus_bandwidth_floor(hvd_bandwidth.nvlink_links(hvd_health_gpu.parse_nvlink_status(read(NVLINK_A100))))
+    assert result["avg_busbw"] < floor["floor_gbs"] < hvd_bandwidth.measured_bus_bandwidth(result)["busbw"]
 
 
 def test_socket_fallback_run_is_flagged_below_its_floor() -> None:
     """The nodes' NICs are not named; even a single 100 Gb/s port gives a floor eight times what it reached."""
-    floor = health.bus_bandwidth_floor([{"kind": "net", "rate_gbps": 100, "count": 1}])
-    finding, = health.check_bus_bandwidth(health.parse_all_reduce_perf(read(AR_SOCKET)), floor)
+    floor = hvd_bandwidth.bus_bandwidth_floor([{"kind": "net", "rate_gbps": 100, "count": 1}])
+    finding, = hvd_bandwidth.check_bus_bandwidth(hvd_bandwidth.parse_nccl_perf(read(AR_SOCKET)), floor)
     assert (finding["item"], finding["severity"], finding["found"]) == (
         "nccl.busbw", "fail", "1.18 GB/s busbw at 1073741824 bytes")
     assert finding["expected"] == ">= 10 GB/s (12.5 GB/s net line rate x 0.8)"
-    assert finding["source"] == health.threshold("efficiency.net")["source"]
+    assert finding["source"] == hvd_health.threshold("efficiency.net")["source"]
 
 
 def test_a_run_that_reached_one_nic_of_two_is_flagged() -> None:
     """The 2-node smoke run (one rank a node, 46 GB/s) judged as if its ranks had used both NDR ports."""
-    floor = health.bus_bandwidth_floor(health.net_links(health.parse_ibstat(read(IB_NDR))))
+    floor = hvd_bandwidth.bus_bandwidth_floor(hvd_bandwidth.net_links(hvd_health_net.parse_ibstat(read(IB_NDR))))
     assert (floor["floor_gbs"], floor["bottleneck"]) == (80.0, "net")
-    slow, = health.check_bus_bandwidth(health.parse_all_reduce_perf(read(AR_2NODE)), floor)
+    slow, = hvd_bandwidth.check_bus_bandwidth(hvd_bandwidth.parse_nccl_perf(read(AR_2NODE)), floor)
     assert (slow["item"], slow["found"]) == ("nccl.busbw", "45.93 GB/s busbw at 536870912 bytes")
 
 
 def test_nvlink_links_count_only_the_active_links_of_the_slowest_gpu() -> None:
-    v100 = health.nvlink_links(health.parse_nvlink_status(read(NVLINK_V100)))
+    v100 = hvd_bandwidth.nvlink_links(hvd_health_gpu.parse_nvlink_status(read(NVLINK_V100)))
     assert v100 == [{"kind": "nvlink", "gbs_per_link": 25.781, "count": 4}]  # links 1 and 4 down
-    assert health.bus_bandwidth_floor(v100)["floor_gbs"] == round(4 * 25.781 * 0.7, 2)
-    assert health.nvlink_links(health.parse_nvlink_status(read(NVLINK_DEAD))) == []  # no NVLink: pass PCIe
+    assert hvd_bandwidth.bus_bandwidth_floor(v100)["floor_gbs"] == round(4 * 25.781 * 0.7, 2)
+    assert hvd_bandwidth.nvlink_links(hvd_health_gpu.parse_nvlink_status(read(NVLINK_DEAD))) == []  # no NVLink: pass PCIe
 
 
 def test_failed_run_is_a_failure_before_any_floor() -> None:
-    floor = health.bus_bandwidth_floor([{"kind": "nvlink", "generation": 4, "count": 18}])
-    failed, = health.check_bus_bandwidth(health.parse_all_reduce_perf(read(AR_FAIL)), floor)
+    floor = hvd_bandwidth.bus_bandwidth_floor([{"kind": "nvlink", "generation": 4, "count": 18}])
+    failed, = hvd_bandwidth.check_bus_bandwidth(hvd_bandwidth.parse_nccl_perf(read(AR_FAIL)), floor)
     assert (failed["item"], failed["severity"]) == ("nccl.all_reduce", "fail")
     assert failed["found"] == "the run failed: gpu05: Test CUDA failure common.cu:1035 'system not yet initialized'"
 
 
 def test_wrong_values_fail_the_run() -> None:
     """No fixture shows a wrong value: one #wrong cell of the H100 run's last row is raised."""
-    result = health.parse_all_reduce_perf(read(AR_H100))
+    result = hvd_bandwidth.parse_nccl_perf(read(AR_H100))
     result["rows"][-1]["wrong"] = 2
-    floor = health.bus_bandwidth_floor([{"kind": "nvlink", "generation": 4, "count": 18}])
-    wrong, = health.check_bus_bandwidth(result, floor)
+    floor = hvd_bandwidth.bus_bandwidth_floor([{"kind": "nvlink", "generation": 4, "count": 18}])
+    wrong, = hvd_bandwidth.check_bus_bandwidth(result, floor)
     assert (wrong["item"], wrong["found"]) == ("nccl.all_reduce", "2 wrong values")
