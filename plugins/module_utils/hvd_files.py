@@ -201,3 +201,45 @@ def manifest_entry_differs(full: str, want: list, deep: bool = False, info: os.s
         except OSError:
             return "changed"
     return ""
+
+
+ABSENT = "absent"  # what a reader of node state says of what is not there
+LINE_KEPT = 200  # characters of a line of a node's file or tool kept in a state value
+
+
+def d16(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def file_d16(path: str) -> str:
+    try:
+        with open(path, "rb") as handle:
+            return d16(handle.read())
+    except OSError:
+        return ABSENT
+
+
+def read_fact(root: str, name: str) -> dict | None:
+    """``/etc/ansible/facts.d/<name>.fact`` (JSON, as our roles write them); None when missing or unreadable."""
+    text = read_text(under(root, f"/etc/ansible/facts.d/{name}.fact"))
+    if text is None:
+        return None
+    try:
+        fact = json.loads(text)
+    except ValueError:
+        return None
+    return fact if isinstance(fact, dict) else None
+
+
+MOST_PROBLEMS = 10  # problems a state value names before '+N more'
+
+
+def describe_problems(problems: list[tuple[str, str]]) -> str:
+    if not problems:
+        return "ok"
+    order = {"missing": 0, "changed": 1, "added": 2}
+    problems = sorted(set(problems), key=lambda p: (order.get(p[0], 3), p[1]))
+    text = "; ".join(f"{kind}: {path}" for kind, path in problems[:MOST_PROBLEMS])
+    if len(problems) > MOST_PROBLEMS:
+        text += f"; +{len(problems) - MOST_PROBLEMS} more"
+    return text

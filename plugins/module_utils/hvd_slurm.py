@@ -1,5 +1,5 @@
 """Slurm as hvdcluster reads it: a node's record (``scontrol -o show node``), who took it out of service and why, and
-which of those hvdcluster may put back. Shared by the state reader (plugins/module_utils/hvd_state.py, what `check`
+which of those hvdcluster may put back. Shared by the state reader (slurm_state below, what `check`
 names), hvd_slurm's resume step (plugins/filter/hvd_slurm.py) and the CLI (src/hvdcluster). Standard library only.
 
 Slurm keeps one reason per node with the user who set it: ``Reason=<text> [<user>@<time>]``. Reasons slurmctld sets
@@ -10,7 +10,11 @@ hvdcluster's own begin with ``hvdcluster `` (a roll: ``hvdcluster roll <id>``, a
 
 from __future__ import annotations
 
+import glob
+import os
 import re
+
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import ABSENT, LINE_KEPT, file_d16, read_text, under
 
 SLURM_USER = "slurm"  # the SlurmUser hvd_slurm writes into slurm.conf (Debian's packages make this account)
 OURS = "hvdcluster "  # the start of every reason hvdcluster drains a node with
@@ -102,3 +106,89 @@ def unregistered(lines: list[str], names: list[str]) -> list[str]:
             seen[record["NodeName"]] = states(record)
     return [name for name in names if name not in seen
             or any(w in ("UNKNOWN", "NOT_RESPONDING") for w in seen[name])]
+
+
+# ------------------------------------------------------------------------------------------ Slurm
+
+SLURM_FILES = ("slurm.conf", "cgroup.conf", "gres.conf")  # hvd_slurm's, in /etc/slurm
+SLURM_TIMEOUT = 10
+# What scontrol says when slurmctld could not verify this node's munge credential, or this node slurmctld's: their
+# munge keys differ (or their clocks, by more than munge's TTL).
+MUNGE_REFUSED = ("Zero Bytes were transmitted or received", "authentication error", "Protocol authentication error",
+                 "Invalid credential")
+
+
+def _run(argv: list[str], stdin: bytes | None = None) -> tuple[int | None, str]:
+    """(exit status, output with errors) of ``argv``; status None when it could not run or took too long."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(argv, input=stdin if stdin is not None else b"", stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=SLURM_TIMEOUT, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"{argv[0]}: {exc}"
+    return proc.returncode, proc.stdout.decode("utf-8", "replace")
+
+
+def _said(text: str) -> str:
+    """A program's words, as an item holds them: the first non-empty line, printable, bounded."""
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "") or "no output"
+    return "".join(c if c.isprintable() else "?" for c in line)[:LINE_KEPT]
+
+
+def running(root: str, names: tuple[str, ...]) -> set[str]:
+    """Which of the process names ``names`` run on the node (/proc/<pid>/comm, readable by every user)."""
+    found = set()
+    for comm in glob.glob(os.path.join(glob.escape(under(root, "/proc")), "[0-9]*", "comm")):
+        name = (read_text(comm) or "").strip()
+        if name in names:
+            found.add(name)
+    return found
+
+
+def slurm_state(root: str, role: str, run=_run, hostname: str = "") -> dict:
+    """Where the cluster runs under Slurm (``role``: "controller" on the node that runs slurmctld, else "node"):
+
+    - ``slurm.config.<file>``: d16 of hvd_slurm's /etc/slurm/slurm.conf, cgroup.conf and gres.conf.
+    - ``slurm.slurmd`` and, on the controller, ``slurm.slurmctld``: "running" or "not running".
+    - ``slurm.munge``: "ok" when the node's munged encodes and decodes a credential and slurmctld accepts this node's
+      (the node asks it for its own record, below), else what fails. The key itself is munge's alone (0400): it is
+      judged by what it does, never read.
+    - ``slurm.node`` and ``slurm.drain``: the node as slurmctld has it (plugins/module_utils/hvd_slurm.py's judge):
+      "ok", or down or drained by Slurm itself, and why; "absent", or an operator's or hvdcluster's drain, its reason
+      and who set it (a notice).
+    """
+    from ansible_collections.hvd.cluster.plugins.module_utils import hvd_slurm  # noqa: PLC0415 - only under Slurm
+
+    out = {f"slurm.config.{name}": file_d16(under(root, f"/etc/slurm/{name}")) for name in SLURM_FILES}
+    daemons = ("slurmd", "slurmctld") if role == "controller" else ("slurmd",)
+    up = running(root, daemons)
+    out.update({f"slurm.{name}": "running" if name in up else "not running" for name in daemons})
+    out["slurm.drain"] = ABSENT
+    rc, cred = run(["munge", "-n"])
+    if rc == 0:
+        rc, said = run(["unmunge"], stdin=cred.encode())
+    else:
+        said = cred
+    if rc != 0:
+        out["slurm.munge"] = f"munged does not answer: {_said(said)}"
+        out["slurm.node"] = "not read: munged does not answer"
+        return out
+    import socket  # noqa: PLC0415 - only under Slurm
+
+    name = hostname or socket.gethostname().split(".", 1)[0]
+    rc, said = run(["scontrol", "-o", "show", "node", name])
+    if rc == 0:
+        out["slurm.munge"] = "ok"
+        out["slurm.node"], out["slurm.drain"] = hvd_slurm.judge(hvd_slurm.fields(said.strip().splitlines()[0]))
+    elif any(words in said for words in MUNGE_REFUSED):
+        out["slurm.munge"] = ("the Slurm controller refuses this node's munge credentials: its munge key is not the "
+                              f"controller's ({_said(said)})")
+        out["slurm.node"] = "not read: munge refused"
+    elif "not found" in said:
+        out["slurm.munge"] = "ok"
+        out["slurm.node"] = f"not in the controller's slurm.conf as {name}: {_said(said)}"
+    else:
+        out["slurm.munge"] = "not judged: the Slurm controller did not answer"
+        out["slurm.node"] = f"cannot reach the Slurm controller: {_said(said)}"
+    return out

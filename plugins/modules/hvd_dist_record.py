@@ -8,7 +8,7 @@ passed. With ``files``, one more digest covers those files (path, modification t
 counted as missing) and then the RECORD the same way: hvd_verify's fingerprint of what its allreduce depends on.
 
 It only reads: safe in check mode, never changes anything. The readers are hvd_node_state's
-(plugins/module_utils/hvd_state.py): one way of finding and reading a distribution's RECORD.
+(plugins/module_utils/hvd_state_env.py): one way of finding and reading a distribution's RECORD.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ files_sha256:
   returned: when files are given
 """
 
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state import fingerprint
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state_env import fingerprint
 
 
 def main() -> None:

@@ -82,7 +82,7 @@ driver:
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_driver import find_nvml, installed_versions
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import gpus, loaded_modules, nvidia_pci, \
     nvswitches, plan, rdma_devices
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state import fabric_items
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state_stack import fabric_items
 
 
 def main() -> None:

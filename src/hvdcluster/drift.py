@@ -91,7 +91,7 @@ REINSTALLED = "os.machine-id"
 _PREFIX_OWNERS = (
     (REINSTALLED, "hvd_preflight"),
     ("os.", ""),
-    # What a rank inherits or reads beside what the roles install (plugins/module_utils/hvd_state.launch_state): the
+    # What a rank inherits or reads beside what the roles install (plugins/module_utils/hvd_state_mesh.launch_state): the
     # variables SSH gives it, MPI/NCCL/linker files no role writes, what ssh makes of a peer's name. The operator's.
     ("launch.", ""),
     ("driver.", "hvd_nvidia_driver"),
@@ -266,7 +266,7 @@ def _order(order: Iterable[str] | None, *groups: Iterable[str]) -> list[str]:
 # not, by compare (check, the fast path of up), confirm (the loop contract) and gate (run).
 SELF_EVIDENT = {"env.files": ("ok", ABSENT), "driver.next_boot": ("ok", ABSENT), "driver.persistence": ("ok", ABSENT),
                 "driver.peermem": ("ok", ABSENT), "driver.fabricmanager": ("ok", ABSENT),
-                # Slurm (plugins/module_utils/hvd_state.slurm_state): its daemons down, munge refused by the controller,
+                # Slurm (plugins/module_utils/hvd_slurm.slurm_state): its daemons down, munge refused by the controller,
                 # the node down or drained by Slurm itself. Judged by compare and confirm; not by run's gate, whose
                 # horovodrun over SSH does not go through Slurm.
                 "slurm.munge": ("ok", ABSENT), "slurm.slurmd": ("running", ABSENT),
@@ -424,10 +424,10 @@ def _show(value: Any, width: int = VALUE_WIDTH) -> str:
     return text
 
 
-# Managed blocks the state module reads as text (plugins/module_utils/hvd_state.block_text): a difference names the lines.
+# Managed blocks the state module reads as text (plugins/module_utils/hvd_state_mesh.block_text): a difference names the lines.
 BLOCK_ITEMS = ("base.hosts", "mesh.ssh_config")
 # Items read as lines of text, "<file>: <line>" or ssh's "<option> <value>", where "absent" is no line at all
-# (plugins/module_utils/hvd_state.launch_state): a difference names the file and the line, shown this wide.
+# (plugins/module_utils/hvd_state_mesh.launch_state): a difference names the file and the line, shown this wide.
 LINE_PREFIXES = ("launch.",)
 LINE_WIDTH = 100
 

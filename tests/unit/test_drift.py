@@ -469,7 +469,7 @@ LAUNCH_ENV = "/etc/environment: OMPI_MCA_mpi_yield_when_idle=1"
 
 
 def test_what_a_rank_inherits_is_named_by_file_and_line_and_repaired_by_hand():
-    """launch.* items (plugins/module_utils/hvd_state.launch_state): a line another node lacks is named with its file,
+    """launch.* items (plugins/module_utils/hvd_state_mesh.launch_state): a line another node lacks is named with its file,
     no role repairs it, and `up` names it as something no role repairs."""
     desired = nodes(NODES3, **{"launch.env": LAUNCH_ENV, "launch.ld": "absent",
                                "launch.ssh.node3": "hostname node3\nport 22"})

@@ -18,7 +18,7 @@ import pytest
 from tests.unit.test_modules import run_module
 
 from ansible_collections.hvd.cluster.plugins.module_utils import hvd_fabric as hf
-from ansible_collections.hvd.cluster.plugins.module_utils import hvd_state
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_state_stack
 
 H100 = ("0x10de", "0x030200", "0x2330")
 NVSWITCH = ("0x10de", "0x068000", "0x22a3")
@@ -88,7 +88,7 @@ def test_the_reader_names_what_is_missing_and_says_ok_once_in_place(tmp_path) ->
     write(root, "/var/lib/dpkg/status", "")
 
     def read(driver: str = "530.41.03", modules=("nvidia", "nvidia_uvm")):
-        return hf.state(str(root), every, driver, hvd_state.dpkg_status(str(root)),
+        return hf.state(str(root), every, driver, hvd_state_stack.dpkg_status(str(root)),
                         None if modules is None else list(modules))
 
     assert read() == {"driver.persistence": "nvidia-persistenced not installed",
@@ -123,11 +123,11 @@ def test_the_node_state_reads_the_pieces_the_role_recorded_for_the_node(tmp_path
                                          "peermem": {"wanted": False, "why": "no InfiniBand/RoCE adapter"},
                                          "fabricmanager": {"wanted": False, "why": "no NVSwitch"}}}
     write(root, "/etc/ansible/facts.d/hvd_nvidia_driver.fact", json.dumps(fact))
-    items = hvd_state.driver_state(str(root))
+    items = hvd_state_stack.driver_state(str(root))
     assert items["driver.persistence"] == "nvidia-persistenced not installed"
     assert "driver.peermem" not in items and "driver.fabricmanager" not in items
     write(root, "/etc/ansible/facts.d/hvd_nvidia_driver.fact", json.dumps({"mode": "user-space"}))
-    assert not any(k in hvd_state.driver_state(str(root)) for k in ("driver.persistence", "driver.peermem"))
+    assert not any(k in hvd_state_stack.driver_state(str(root)) for k in ("driver.persistence", "driver.peermem"))
 
 
 def test_the_module_plans_and_reads_on_a_machine_tree(tmp_path) -> None:

@@ -16,7 +16,7 @@ import pytest
 from tests.unit.test_modules import run_module
 
 from ansible_collections.hvd.cluster.plugins.modules import hvd_tree
-from ansible_collections.hvd.cluster.plugins.module_utils import hvd_driver, hvd_files, hvd_state
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_driver, hvd_files, hvd_state, hvd_state_env, hvd_state_mesh, hvd_state_stack
 
 CLUSTER = "lab"
 PREFIX = "/opt/hvd/env"
@@ -117,10 +117,10 @@ def node(tmp_path: Path) -> Path:
     write(root, facts + "hvd_cuda.fact", json.dumps({"version": "12.2.140", "home": "/usr/local/cuda-12.2"}))
     write(root, facts + "hvd_nccl.fact", json.dumps({"version": "2.19.3", "home": "/opt/nccl"}))
     write(root, facts + "hvd_base.fact", json.dumps({"fabric_address": "n1", "fabric_ip": "10.0.0.1",
-                                                      "fabric_interface": "ib0"}))
+                                                     "fabric_interface": "ib0"}))
     write(root, "/opt/nccl/include/nccl.h", "#define NCCL_MAJOR 2\n#define NCCL_MINOR 19\n#define NCCL_PATCH 3\n")
     write(root, facts + "hvd_openmpi.fact", json.dumps({"impl": "openmpi", "source": "source", "version": "4.1.6",
-                                                         "mpirun": "/usr/local/bin/mpirun", "details": []}))
+                                                        "mpirun": "/usr/local/bin/mpirun", "details": []}))
     write(root, "/opt/openmpi-4.1.6/bin/mpirun", "#!elf", 0o755)
     os.symlink("/opt/openmpi-4.1.6/bin/mpirun", write(root, "/usr/local/bin/x", "").parent / "mpirun")
     write(root, "/usr/bin/python3.11", "#!elf", 0o755)
@@ -378,7 +378,7 @@ def test_next_boot_reads_ok_on_every_healthy_node_whatever_its_kernel(node: Path
     other = tmp_path / "other"
     kernel_mode_node(other, "6.1.0-28-amd64", ("nvidia", "nvidia-modeset", "nvidia-uvm"))
     assert look(node)["driver.next_boot"] == "ok"
-    assert hvd_state.driver_state(str(other))["driver.next_boot"] == "ok"
+    assert hvd_state_stack.driver_state(str(other))["driver.next_boot"] == "ok"
 
 
 def test_next_boot_names_the_kernel_and_the_missing_module(node: Path) -> None:
@@ -552,7 +552,7 @@ def test_horovod_is_reported_apart_from_the_distributions(node: Path) -> None:
 def test_a_distribution_name_is_normalized(node: Path) -> None:
     make_dist(node, "Typing_Extensions", "4.9.0", {"typing_extensions.py": "x\n"})
     assert look(node)["env.dist.typing-extensions"].startswith("4.9.0 ")
-    assert hvd_state.canonical("zope.interface") == "zope-interface" and hvd_state.canonical("A__B-c") == "a-b-c"
+    assert hvd_state_env.canonical("zope.interface") == "zope-interface" and hvd_state_env.canonical("A__B-c") == "a-b-c"
 
 
 # ------------------------------------------------------------------------------------------ mesh and blocks
@@ -654,7 +654,7 @@ def test_the_mpi_nccl_and_linker_files_a_rank_reads_are_named_but_the_roles_own_
 def test_a_launch_item_is_bounded_and_names_an_unreadable_file(node: Path) -> None:
     write(node, "/etc/environment", "".join(f"V{i}={'x' * 300}\n" for i in range(60)))
     lines = look(node)["launch.env"].split("\n")
-    assert len(lines) == hvd_state.LAUNCH_LINES + 1 and all(len(line) <= hvd_state.LAUNCH_LINE for line in lines)
+    assert len(lines) == hvd_state_mesh.LAUNCH_LINES + 1 and all(len(line) <= hvd_files.LINE_KEPT for line in lines)
     assert lines[-1].startswith("/etc/environment: +10 more lines ")
     if os.geteuid() != 0:  # root reads any file
         (node / "etc/environment").chmod(0)
@@ -682,9 +682,9 @@ def test_what_ssh_makes_of_each_peers_name_is_read_with_ssh_g(node: Path) -> Non
 def test_a_reader_running_as_root_resolves_as_the_login_user() -> None:
     """On a node (root "/"), a look run as root (a role's) runs `ssh -G` with the login user's ids: their config, their
     known_hosts; a user the node does not have reads absent."""
-    state = hvd_state.ssh_resolved("/", "nobody", ["n1"])
+    state = hvd_state_mesh.ssh_resolved("/", "nobody", ["n1"])
     assert "user nobody" in state["launch.ssh.n1"].split("\n")
-    assert hvd_state.ssh_resolved("/", "no-such-user-here", ["n1"]) == {"launch.ssh.n1": "absent"}
+    assert hvd_state_mesh.ssh_resolved("/", "no-such-user-here", ["n1"]) == {"launch.ssh.n1": "absent"}
 
 def test_keys_beyond_the_clusters_are_listed_by_fingerprint(node: Path, tmp_path: Path) -> None:
     """As ssh-keygen -l names them; the cluster key (here behind options) is not one of them."""
@@ -718,14 +718,14 @@ def install_nccl_tests(node: Path, tmp_path: Path, key: str = "ntkey789") -> Pat
                                               "share/doc/nccl-tests/LICENSE.txt": "BSD-3-Clause\n"})
     prefix = node / NCCL_TESTS.lstrip("/")
     hvd_tree.unpack(str(archive), digest, str(prefix), marker_content=key,
-                    **{**UNPACK, "marker": hvd_state.NCCL_TESTS_MARKER})
+                    **{**UNPACK, "marker": hvd_state_stack.NCCL_TESTS_MARKER})
     write(node, "/etc/ansible/facts.d/hvd_nccl_tests.fact",
           json.dumps({"version": "2.19.6", "prefix": NCCL_TESTS, "key": key}))
     return prefix
 
 
 def test_nccl_tests_reads_its_version_build_key_and_files_where_its_fact_names_the_prefix(node: Path,
-                                                                                            tmp_path: Path) -> None:
+                                                                                          tmp_path: Path) -> None:
     assert not [key for key in look(node) if key.startswith("nccl_tests.")]  # not installed: no item at all
     install_nccl_tests(node, tmp_path)
     state = look(node)
@@ -782,12 +782,12 @@ def test_the_module_on_a_real_env_hashes_no_installed_file(monkeypatch: pytest.M
     state = result["state"]
     assert state["env.python"] != "absent" and state["env.files"] != "absent"
     assert len([key for key in state if key.startswith("env.dist.")]) + (state["horovod.version"] != "absent") \
-        == len({hvd_state.canonical(hvd_state._metadata(str(info))[0]) for info in sites})
+        == len({hvd_state_env.canonical(hvd_state_env._metadata(str(info))[0]) for info in sites})
     hashed: list[str] = []
-    for module, name in ((hvd_state, "sha256_of"), (hvd_state, "file_d16"), (hvd_files, "sha256_of")):
+    for module, name in ((hvd_state_env, "sha256_of"), (hvd_state_env, "file_d16"), (hvd_files, "sha256_of")):
         real = getattr(module, name)
         monkeypatch.setattr(module, name, lambda path, real=real: hashed.append(path) or real(path))
-    env = hvd_state.env_state("/", str(prefix))
+    env = hvd_state_env.env_state("/", str(prefix))
     assert env == {key: state[key] for key in env}
     assert sorted(hashed) == sorted([str(prefix / "hvd-requirements.lock")] + [str(info / "RECORD") for info in sites])
 
@@ -805,15 +805,15 @@ def test_a_conda_envs_packages_are_read_from_its_conda_meta_records(node: Path) 
     meta = node / PREFIX.lstrip("/") / "conda-meta"
     meta.mkdir(parents=True)
     (meta / "python-3.11.2-hvd_0.json").write_text(json.dumps({"name": "python", "version": "3.11.2",
-                                                                "build": "hvd_0", "files": ["bin/python3.11"]}))
+                                                               "build": "hvd_0", "files": ["bin/python3.11"]}))
     (meta / "hvd-probe-1.0.0-h4616a5c_0.json").write_text(json.dumps({"name": "hvd-probe", "version": "1.0.0",
                                                                      "build": "h4616a5c_0"}))
     (meta / "history").write_text("")
-    state = hvd_state.env_state(str(node), PREFIX)
+    state = hvd_state_env.env_state(str(node), PREFIX)
     assert state["env.conda.python"] == "3.11.2 hvd_0" and state["env.conda.hvd-probe"] == "1.0.0 h4616a5c_0"
     (meta / "hvd-probe-1.0.0-h4616a5c_0.json").unlink()
     (meta / "pip-22.3.1-pyh_0.json").write_text("{not json")
-    state = hvd_state.env_state(str(node), PREFIX)
+    state = hvd_state_env.env_state(str(node), PREFIX)
     assert "env.conda.hvd-probe" not in state and state["env.conda.pip-22.3.1-pyh_0"] == "unreadable "
 
 
@@ -826,7 +826,7 @@ def test_check_the_pre_flight_and_the_driver_role_read_the_driver_versions_alike
 
     write(node, "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15", b"\x7fELF")
     write(node, "/usr/lib64/libnvidia-ml.so", b"")  # the unversioned link carries no version
-    state = hvd_state.driver_state(str(node))
+    state = hvd_state_stack.driver_state(str(node))
     look = hvd_host.nvidia(str(node))
     role = run_module("hvd_node_state", {"cluster": "cluster", "sections": ["driver"], "root": str(node)}, check=True)
     assert state["driver.installed"] == ",".join(look["installed"]) == "535.161.08,550.54.15"

@@ -1,6 +1,6 @@
 """Slurm (issue 53): hosts.yaml's scheduler, the launch through srun and sbatch (src/hvdcluster/slurm.py,
 cli/scheduled.py), health's drains (the node script's drain and resume, node_records.py, with a stand-in scontrol) and
-what `check` reads and names (plugins/module_utils/hvd_state.slurm_state with stand-in programs, drift's owners)."""
+what `check` reads and names (plugins/module_utils/hvd_slurm.slurm_state with stand-in programs, drift's owners)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from hvdcluster import cli, drift, inventory, jobs, slurm, spec
 from hvdcluster.errors import SpecError
 from hvdcluster.launch import LaunchError
-from ansible_collections.hvd.cluster.plugins.module_utils import hvd_state
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_files, hvd_slurm
 
 HOSTS = """\
 cluster: c1
@@ -275,19 +275,19 @@ def fake_root(tmp_path: Path, daemons: list[str]) -> str:
 def test_the_reader_names_slurm_files_daemons_munge_and_the_node_as_slurmctld_has_it(tmp_path: Path) -> None:
     root = fake_root(tmp_path, ["sshd", "slurmd", "munged"])
     ok = (0, "NodeName=gpu02 State=IDLE+DRAIN Partitions=debug Reason=bad fan [root@2026-11-28T10:00:00]\n")
-    state = hvd_state.slurm_state(root, "controller", programs(ok), "gpu02")
-    assert state["slurm.config.slurm.conf"] == hvd_state.d16(b"ClusterName=lab\n")
+    state = hvd_slurm.slurm_state(root, "controller", programs(ok), "gpu02")
+    assert state["slurm.config.slurm.conf"] == hvd_files.d16(b"ClusterName=lab\n")
     assert state["slurm.config.gres.conf"] == "absent"
     assert (state["slurm.slurmd"], state["slurm.slurmctld"], state["slurm.munge"]) == ("running", "not running", "ok")
     assert (state["slurm.node"], state["slurm.drain"]) == ("ok", "bad fan (set by root)")
     refused = (1, "slurm_load_node error: Zero Bytes were transmitted or received\n")
-    state = hvd_state.slurm_state(root, "node", programs(refused), "gpu02")
+    state = hvd_slurm.slurm_state(root, "node", programs(refused), "gpu02")
     assert state["slurm.munge"].startswith("the Slurm controller refuses this node's munge credentials")
     assert "slurm.slurmctld" not in state
     down = (1, "slurm_load_node error: Unable to contact slurm controller (connect failure)\n")
-    assert hvd_state.slurm_state(root, "node", programs(down), "gpu02")["slurm.node"] == (
+    assert hvd_slurm.slurm_state(root, "node", programs(down), "gpu02")["slurm.node"] == (
         "cannot reach the Slurm controller: slurm_load_node error: Unable to contact slurm controller (connect failure)")
-    assert hvd_state.slurm_state(root, "node", programs(ok, munge=1), "gpu02")["slurm.munge"].startswith(
+    assert hvd_slurm.slurm_state(root, "node", programs(ok, munge=1), "gpu02")["slurm.munge"].startswith(
         "munged does not answer: munge: Error")
 
 
@@ -317,5 +317,5 @@ def test_a_node_without_a_record_is_not_held_to_the_controllers_slurmctld_nor_it
     added = {"slurm.slurmd": "running", "slurm.config.gres.conf": "g4", "slurm.config.slurm.conf": "aaaa"}
     assert drift.compare({"n1": controller, "n2": None}, {"n1": controller, "n2": added}).in_sync == ["n1", "n2"]
     odd = drift.compare({"n1": controller, "n2": None}, {"n1": controller, "n2": {**added,
-                                                                                 "slurm.config.slurm.conf": "bbbb"}})
+                                                                                  "slurm.config.slurm.conf": "bbbb"}})
     assert [d.item for d in odd.drifted["n2"]] == ["slurm.config.slurm.conf"]

@@ -1,0 +1,220 @@
+"""Readers of a node's software stack for hvd_node_state: the OS and the packages hvdcluster holds (``os.*``,
+``packages.*``), the NVIDIA driver and the GPU components (``driver.*``, ``components.*``, ``nccl_tests.*``) and
+MPI (``mpi.*``: the mpirun a non-interactive SSH command finds).
+
+``root`` and the item shapes are hvd_state.py's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_driver import (
+    find_nvml,
+    given_versions,
+    installed_versions,
+    loaded_version,
+)
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import PIECES, loaded_modules
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import state as fabric_state
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import (
+    ABSENT,
+    MANIFEST,
+    d16,
+    describe_problems,
+    manifest_entry_differs,
+    read_fact,
+    read_manifest,
+    read_text,
+    resolve,
+    under,
+)
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_kernel import (
+    guard_item,
+    module_guard,
+    uu_blacklist,
+    uu_blacklisted,
+)
+
+DEBIAN_SSH_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games"  # what sshd gives a command on Debian
+
+
+# ------------------------------------------------------------------------------------------ OS and packages
+
+
+def os_state(root: str) -> dict:
+    """``os.release`` ("debian 12": ID and VERSION_ID of os-release), ``os.kernel`` (the running kernel) and
+    ``os.machine-id`` (d16 of /etc/machine-id: changes when the node is reinstalled)."""
+    text = read_text(under(root, "/etc/os-release")) or read_text(under(root, "/usr/lib/os-release"))
+    fields = {}
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            fields[key.strip()] = value.strip().strip("\"'")
+    release = " ".join(v for v in (fields.get("ID", "").lower(), fields.get("VERSION_ID", "")) if v)
+    machine = (read_text(under(root, "/etc/machine-id")) or "").strip()
+    return {"os.release": release or ABSENT, "os.kernel": os.uname().release,
+            # A reinstalled node gets a new one: d16 only (the id itself is meant to stay on the machine).
+            "os.machine-id": d16(machine.encode()) if machine else ABSENT}
+
+
+def dpkg_status(root: str) -> list[tuple[str, str, str, bool, bool]]:
+    """Every entry of dpkg's status file as (package, architecture, version, installed, held)."""
+    entries = []
+    text = read_text(under(root, "/var/lib/dpkg/status")) or ""
+    for stanza in text.split("\n\n"):
+        fields = {}
+        for line in stanza.splitlines():
+            if line[:1] in (" ", "\t", ""):
+                continue
+            key, dummy, value = line.partition(":")
+            if key in ("Package", "Status", "Version", "Architecture"):
+                fields[key] = value.strip()
+        if "Package" not in fields:
+            continue
+        status = fields.get("Status", "").split()
+        installed = len(status) == 3 and status[2] == "installed"
+        held = bool(status) and status[0] == "hold"
+        entries.append((fields["Package"], fields.get("Architecture", ""), fields.get("Version", ""), installed, held))
+    return entries
+
+
+def packages_state(root: str, names: list[str]) -> dict:
+    """``pkg.<name>`` (installed version, versions comma-joined when several architectures differ, or "absent"),
+    ``pkg.<name>.hold`` and ``pkg.<name>.guard`` (unattended-upgrades' Package-Blacklist names it: the roles write
+    one entry per package they hold) for every package in ``names`` and every package held; ``name:arch`` picks one
+    architecture."""
+    patterns = uu_blacklist(root)
+    versions: dict[str, set] = {}
+    holds: dict[str, bool] = {}
+    for package, arch, version, installed, held in dpkg_status(root):
+        for key in (package, f"{package}:{arch}"):
+            versions.setdefault(key, set())
+            if installed:
+                versions[key].add(version)
+            holds[key] = holds.get(key, False) or held
+    wanted = set(names) | {name for name, held in holds.items() if held and ":" not in name}
+    out = {}
+    for name in wanted:
+        out[f"pkg.{name}"] = ",".join(sorted(versions.get(name, ()))) or ABSENT
+        out[f"pkg.{name}.hold"] = holds.get(name, False)
+        out[f"pkg.{name}.guard"] = uu_blacklisted(name.split(":", 1)[0], patterns)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ GPU stack and MPI
+
+
+def driver_state(root: str) -> dict:
+    """``driver.installed`` (NVML's versioned library file), ``driver.loaded`` (/proc) and ``gpu.count`` (fact);
+    ``driver.given`` where that library is handed in from outside (a container given the host's driver).
+
+    Where the driver has kernel modules (hvd_nvidia_driver's fact says ``mode: kernel``, or ``image`` for an image
+    being built) also ``driver.next_boot``:
+    "ok" when the kernel the boot loader starts next has the nvidia, nvidia-modeset and nvidia-uvm modules (whatever
+    kernel that is, so healthy peers read alike), else "<kernel> has no NVIDIA module (<missing>): <cause>"
+    (plugins/module_utils/hvd_kernel.py). CPU nodes and containers have no such item."""
+    nvml = find_nvml(root)
+    found = installed_versions(nvml)
+    loaded = loaded_version(read_text(under(root, "/proc/driver/nvidia/version")) or "")
+    fact = read_fact(root, "hvd_nvidia_driver") or {}
+    try:
+        count = int(fact.get("gpu_count", 0))
+    except (TypeError, ValueError):
+        count = 0
+    out = {"driver.installed": ",".join(found) or ABSENT, "driver.loaded": loaded or ABSENT, "gpu.count": count}
+    given = given_versions(root, nvml)
+    if given:  # a container given the host's driver: hvd_nvidia_driver installs none there (mode host)
+        out["driver.given"] = ",".join(given)
+    if fact.get("mode") in ("kernel", "image"):
+        out["driver.next_boot"] = guard_item(module_guard(root))
+        fabric = fact.get("fabric") if isinstance(fact.get("fabric"), dict) else {}
+        out.update(fabric_items(root, {piece: bool((fabric.get(piece) or {}).get("wanted")) for piece in PIECES},
+                                fact.get("mode"), found))
+    return out
+
+
+def fabric_items(root: str, wanted: dict, mode: str, installed: list[str]) -> dict:
+    """``driver.persistence``, ``driver.peermem``, ``driver.fabricmanager`` of the pieces ``wanted``
+    (plugins/module_utils/hvd_fabric.py), held against the one installed driver (``installed``: NVML's versions), dpkg's
+    packages and the loaded modules (none in an image: nothing is loaded there)."""
+    modules = None if mode == "image" else (loaded_modules(root) or [])
+    return fabric_state(root, wanted, installed[0] if len(installed) == 1 else "", dpkg_status(root), modules)
+
+
+def nccl_header_version(path: str) -> str:
+    text = read_text(path)
+    if text is None:
+        return ABSENT
+    parts = [re.search(rf"^\s*#define\s+NCCL_{part}\s+(\d+)", text, re.M) for part in ("MAJOR", "MINOR", "PATCH")]
+    return ".".join(m.group(1) for m in parts) if all(parts) else ABSENT
+
+
+def components_state(root: str, deep: bool = False) -> dict:
+    """``<c>.version`` and ``<c>.home`` of cuda, cudnn, nccl (their facts), ``nccl.header`` (nccl.h's own) and the
+    ``nccl_tests.*`` items where nccl-tests is installed (:func:`nccl_tests_state`)."""
+    out = {}
+    for name in ("cuda", "cudnn", "nccl"):
+        fact = read_fact(root, f"hvd_{name}")
+        for key in ("version", "home"):
+            value = fact.get(key) if fact else None
+            out[f"{name}.{key}"] = str(value) if value is not None else ABSENT
+    home = out["nccl.home"]
+    out["nccl.header"] = (nccl_header_version(under(root, os.path.join(home, "include", "nccl.h")))
+                          if home not in (ABSENT, "") else ABSENT)
+    out.update(nccl_tests_state(root, deep))
+    return out
+
+
+# hvd_nccl_tests' build key, written last into its prefix (hvd_tree's marker); the prefix comes from its fact.
+NCCL_TESTS_MARKER = ".hvd-nccl-tests-key"
+
+
+def nccl_tests_state(root: str, deep: bool = False) -> dict:
+    """Where hvd_nccl_tests recorded nccl-tests (its fact names the prefix): ``nccl_tests.version`` (the fact's),
+    ``nccl_tests.key`` (the build key in the prefix) and ``nccl_tests.files``: "ok", or each file of the prefix's
+    manifest that is missing or changed, judged as hvd_tree judges it (size and modification time; ``deep``: sha256).
+    Nothing on a node without the fact (a CPU stack, a stack that asks for no nccl-tests)."""
+    fact = read_fact(root, "hvd_nccl_tests") or {}
+    where = fact.get("prefix")
+    if not isinstance(where, str) or not where.startswith("/"):
+        return {}
+    prefix = under(root, where)
+    key = read_text(os.path.join(prefix, NCCL_TESTS_MARKER))
+    manifest = read_manifest(prefix)
+    problems = [("missing", MANIFEST)] if manifest is None else []
+    for rel, want in (manifest or {}).items():
+        kind = manifest_entry_differs(os.path.normpath(os.path.join(prefix, rel)), want, deep)
+        if kind:
+            problems.append((kind, rel))
+    return {"nccl_tests.version": str(fact.get("version") or ABSENT),
+            "nccl_tests.key": key.strip() if key is not None else ABSENT,
+            "nccl_tests.files": describe_problems(problems)}
+
+
+def noninteractive_path(root: str) -> str:
+    """The PATH sshd gives a command: /etc/environment's PATH where it sets one (pam_env reads it for SSH
+    sessions), else Debian's sshd default."""
+    for line in (read_text(under(root, "/etc/environment")) or "").splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and key.strip() in ("PATH", "export PATH"):
+            return value.strip().strip("\"'")
+    return DEBIAN_SSH_PATH
+
+
+def mpi_state(root: str, ssh_path: str = "") -> dict:
+    """``mpi.path``: the first executable ``mpirun`` on ``ssh_path`` (by default the PATH sshd gives a command),
+    resolved; ``mpi.version``: hvd_openmpi's fact."""
+    path = ABSENT
+    for folder in (ssh_path or noninteractive_path(root)).split(":"):
+        if not folder.startswith("/"):
+            continue  # an empty or relative entry means the login folder: not where mpirun is installed
+        real = resolve(root, os.path.join(folder, "mpirun"))
+        full = under(root, real)
+        if os.path.isfile(full) and os.access(full, os.X_OK):
+            path = real
+            break
+    fact = read_fact(root, "hvd_openmpi")
+    version = fact.get("version") if fact else None
+    return {"mpi.path": path, "mpi.version": str(version) if version else ABSENT}
