@@ -243,3 +243,10 @@ def describe_problems(problems: list[tuple[str, str]]) -> str:
     if len(problems) > MOST_PROBLEMS:
         text += f"; +{len(problems) - MOST_PROBLEMS} more"
     return text
+
+
+def mtime(path: str) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None

@@ -20,13 +20,13 @@ import subprocess
 import tempfile
 import time
 
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_boot import version_key
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_driver import (
     find_nvml,
     installed_versions,
     loaded_version,
 )
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import read_text, under
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_kernel import version_key
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state_stack import mpi_state, os_state
 
 SIOCGIFADDR = 0x8915

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_apt_conf import uu_blacklist, uu_blacklisted
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_driver import (
     find_nvml,
     given_versions,
@@ -30,12 +31,7 @@ from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import (
     resolve,
     under,
 )
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_kernel import (
-    guard_item,
-    module_guard,
-    uu_blacklist,
-    uu_blacklisted,
-)
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_kernel import guard_item, module_guard
 
 DEBIAN_SSH_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games"  # what sshd gives a command on Debian
 

@@ -1,4 +1,4 @@
-"""plugins/module_utils/hvd_kernel.py: the next boot kernel, its NVIDIA modules, DKMS, nouveau and unattended-upgrades,
+"""plugins/module_utils/hvd_boot.py, hvd_kernel.py and hvd_apt_conf.py: the next boot kernel, its NVIDIA modules, DKMS, nouveau and unattended-upgrades,
 read from real folder trees in tmp_path and from recorded command output (/work/shared/fixtures-gpu, read in place).
 
 What a GPU node would add: a real DKMS build against real headers, a real reboot into the next kernel and
@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import gpu_fixture
 
-from ansible_collections.hvd.cluster.plugins.module_utils import hvd_kernel as hk
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_apt_conf, hvd_boot, hvd_kernel
 
 NEW, OLD = "6.1.0-27-amd64", "6.1.0-13-amd64"
 UUID = "3f1c6a2e-9b7d-4c51-8e0a-2d5b7f9c1e44"
@@ -181,7 +181,7 @@ def node(tmp_path: Path) -> Path:
     return root
 
 
-def add_modules(root: Path, kernel: str, names: tuple[str, ...] = hk.NVIDIA_MODULES, folder: str = "updates/dkms",
+def add_modules(root: Path, kernel: str, names: tuple[str, ...] = hvd_kernel.NVIDIA_MODULES, folder: str = "updates/dkms",
                 suffix: str = ".ko.xz") -> None:
     for name in names:
         write(root, f"/lib/modules/{kernel}/{folder}/{name}{suffix}", b"\x7fELF")
@@ -196,10 +196,10 @@ def add_dkms(root: Path, module: str, version: str, kernel: str, installed: bool
     """What a successful ``dkms install`` leaves in DKMS's tree."""
     base = f"/var/lib/dkms/{module}/{version}"
     link(root, f"{base}/source", f"/usr/src/{module}-{version}") if not (root / base.lstrip("/")).exists() else None
-    for name in hk.NVIDIA_MODULES:
+    for name in hvd_kernel.NVIDIA_MODULES:
         write(root, f"{base}/{kernel}/x86_64/module/{name}.ko.xz", b"\x7fELF")
     write(root, f"{base}/{kernel}/x86_64/log/make.log", f"DKMS make.log for {module}-{version} for kernel {kernel}\n"
-                                                         "make[1]: Leaving directory\n")
+          "make[1]: Leaving directory\n")
     if installed:
         link(root, f"/var/lib/dkms/{module}/kernel-{kernel}-x86_64", f"{version}/{kernel}/x86_64")
 
@@ -210,13 +210,13 @@ def add_dkms(root: Path, module: str, version: str, kernel: str, installed: bool
 def test_versions_sort_the_way_dpkg_sorts_them() -> None:
     # each pair as `dpkg --compare-versions a lt b` answers
     ordered = ["1.0~rc1", "1.0", "1.0a", "1.0+b1", "1.0.1", "1.2", "1.10"]
-    assert sorted(reversed(ordered), key=hk.version_key) == ordered
-    assert hk.version_key("6.1.0-9-amd64") < hk.version_key("6.1.0-13-amd64")
-    assert hk.version_key("6.12~rc6-amd64") < hk.version_key("6.12-amd64")
+    assert sorted(reversed(ordered), key=hvd_boot.version_key) == ordered
+    assert hvd_boot.version_key("6.1.0-9-amd64") < hvd_boot.version_key("6.1.0-13-amd64")
+    assert hvd_boot.version_key("6.12~rc6-amd64") < hvd_boot.version_key("6.12-amd64")
     # dpkg splits the revision off at the last '-': upstream 6.5.0-060500rc5 is after 6.5.0-060500 (mainline
     # kernel builds sort their release candidates after the release, as GRUB's 10_linux does too)
-    assert hk.version_key("6.5.0-060500rc5-generic") > hk.version_key("6.5.0-060500-generic")
-    assert hk.version_key("1:5.10.0-1-amd64") > hk.version_key("6.1.0-27-amd64")
+    assert hvd_boot.version_key("6.5.0-060500rc5-generic") > hvd_boot.version_key("6.5.0-060500-generic")
+    assert hvd_boot.version_key("1:5.10.0-1-amd64") > hvd_boot.version_key("6.1.0-27-amd64")
 
 
 def test_versions_sort_as_dpkg_itself_answers() -> None:
@@ -229,7 +229,7 @@ def test_versions_sort_as_dpkg_itself_answers() -> None:
     for a in versions:
         for b in versions:
             lt = subprocess.run([dpkg, "--compare-versions", a, "lt", b], check=False).returncode == 0
-            assert (hk.version_key(a) < hk.version_key(b)) == lt, (a, b)
+            assert (hvd_boot.version_key(a) < hvd_boot.version_key(b)) == lt, (a, b)
 
 
 def test_installed_kernels_are_the_images_in_boot_newest_last(tmp_path: Path) -> None:
@@ -237,16 +237,16 @@ def test_installed_kernels_are_the_images_in_boot_newest_last(tmp_path: Path) ->
         write(tmp_path, f"/boot/vmlinuz-{kernel}", b"MZ")
     write(tmp_path, "/boot/initrd.img-6.13.0-1-amd64", b"")  # an initramfs without its image is no kernel
     write(tmp_path, "/boot/vmlinuz-6.1.0-9-amd64.dpkg-tmp", b"")
-    assert hk.installed_kernels(str(tmp_path)) == ["5.10.0-28-amd64", "6.1.0-9-amd64", "6.1.0-13-amd64",
-                                                   "6.1.0-27-amd64", "6.12~rc6-amd64"]
-    assert hk.installed_kernels(str(tmp_path / "empty")) == []
+    assert hvd_boot.installed_kernels(str(tmp_path)) == ["5.10.0-28-amd64", "6.1.0-9-amd64", "6.1.0-13-amd64",
+                                                         "6.1.0-27-amd64", "6.12~rc6-amd64"]
+    assert hvd_boot.installed_kernels(str(tmp_path / "empty")) == []
 
 
 # ------------------------------------------------------------------------------------------ GRUB
 
 
 def test_the_menu_of_a_debian_grub_cfg() -> None:
-    menu = hk.grub_menu(grub_cfg())
+    menu = hvd_boot.grub_menu(grub_cfg())
     assert [(i["kind"], i["title"], i["kernel"]) for i in menu] == [
         ("menuentry", "Debian GNU/Linux", NEW), ("submenu", "Advanced options for Debian GNU/Linux", None),
         ("menuentry", "UEFI Firmware Settings", None)]
@@ -267,7 +267,7 @@ def test_the_menu_of_a_debian_grub_cfg() -> None:
 def test_grubs_default_is_resolved_by_index_path_title_and_id(node: Path, default: str, kernel: str) -> None:
     write(node, "/etc/default/grub", f'GRUB_DEFAULT="{default}"\n')
     write(node, "/boot/grub/grub.cfg", grub_cfg(default))
-    found = hk.next_boot_kernel(str(node))
+    found = hvd_boot.next_boot_kernel(str(node))
     assert found["version"] == kernel
     assert found["how"].startswith("grub.cfg default")
 
@@ -277,17 +277,17 @@ def test_a_saved_default_is_grubenvs_saved_entry_and_grub_reboot_wins(node: Path
     write(node, "/boot/grub/grub.cfg", grub_cfg("saved"))
     write(node, "/boot/grub/grubenv",
           grubenv_text(saved_entry=f"Advanced options for Debian GNU/Linux>Debian GNU/Linux, with Linux {OLD}"))
-    assert hk.next_boot_kernel(str(node)) == {
+    assert hvd_boot.next_boot_kernel(str(node)) == {
         "version": OLD, "how": f"grubenv saved_entry (GRUB_DEFAULT=saved): 'Debian GNU/Linux, with Linux {OLD}'"}
     write(node, "/boot/grub/grubenv", grubenv_text(saved_entry="1>2", next_entry="0"))
-    found = hk.next_boot_kernel(str(node))
+    found = hvd_boot.next_boot_kernel(str(node))
     assert found["version"] == NEW and found["how"].startswith("grubenv next_entry (grub-reboot, one-shot)")
 
 
 def test_a_default_that_names_a_removed_kernel_boots_the_first_entry(node: Path) -> None:
     write(node, "/boot/grub/grub.cfg", grub_cfg("saved"))
     write(node, "/boot/grub/grubenv", grubenv_text(saved_entry="1>Debian GNU/Linux, with Linux 6.1.0-9-amd64"))
-    found = hk.next_boot_kernel(str(node))
+    found = hvd_boot.next_boot_kernel(str(node))
     assert found["version"] == NEW
     assert "'1>Debian GNU/Linux, with Linux 6.1.0-9-amd64' names no entry: GRUB boots the first" in found["how"]
 
@@ -295,22 +295,22 @@ def test_a_default_that_names_a_removed_kernel_boots_the_first_entry(node: Path)
 def test_a_default_entry_without_a_linux_image_falls_back_to_the_newest_kernel(node: Path) -> None:
     write(node, "/boot/grub/grub.cfg", grub_cfg("uefi-firmware"))
     write(node, "/boot/vmlinuz-6.1.0-28-amd64", b"MZ")  # installed, update-grub not run yet
-    found = hk.next_boot_kernel(str(node))
+    found = hvd_boot.next_boot_kernel(str(node))
     assert found["version"] == "6.1.0-28-amd64"
     assert found["how"].endswith("it boots no Linux image: the newest kernel in /boot")
 
 
 def test_without_grub_cfg_the_newest_kernel_boots(node: Path) -> None:
     (node / "boot/grub/grub.cfg").unlink()
-    assert hk.next_boot_kernel(str(node)) == {"version": NEW,
-                                              "how": "no /boot/grub/grub.cfg: the newest kernel in /boot"}
+    assert hvd_boot.next_boot_kernel(str(node)) == {"version": NEW,
+                                                    "how": "no /boot/grub/grub.cfg: the newest kernel in /boot"}
 
 
 def test_an_unreadable_grub_cfg_is_said_so(node: Path) -> None:
     cfg = node / "boot/grub/grub.cfg"
     cfg.unlink()
     cfg.mkdir()  # unreadable as a file, for root too
-    assert hk.next_boot_kernel(str(node)) == {
+    assert hvd_boot.next_boot_kernel(str(node)) == {
         "version": NEW, "how": "/boot/grub/grub.cfg is not readable: the newest kernel in /boot"}
 
 
@@ -318,21 +318,21 @@ def test_grub_default_comes_from_the_last_grub_d_file_when_grub_cfg_sets_none(no
     write(node, "/boot/grub/grub.cfg", grub_cfg().replace('   set default="0"\n', ""))
     write(node, "/etc/default/grub.d/10-hvd.cfg", 'GRUB_DEFAULT="1>2"\n')
     write(node, "/etc/default/grub.d/05-first.cfg", "GRUB_DEFAULT=0\n")
-    assert hk.grub_default_setting(str(node)) == ("1>2", "/etc/default/grub.d/10-hvd.cfg")
-    found = hk.next_boot_kernel(str(node))
+    assert hvd_boot.grub_default_setting(str(node)) == ("1>2", "/etc/default/grub.d/10-hvd.cfg")
+    found = hvd_boot.next_boot_kernel(str(node))
     assert found["version"] == OLD and found["how"].startswith("GRUB_DEFAULT in /etc/default/grub.d/10-hvd.cfg")
 
 
 def test_grub_cfg_wins_over_an_edit_update_grub_has_not_applied(node: Path) -> None:
     write(node, "/etc/default/grub", "export GRUB_DEFAULT='1>2'  # the old kernel\n")
-    found = hk.next_boot_kernel(str(node))
+    found = hvd_boot.next_boot_kernel(str(node))
     assert found["version"] == NEW
     assert "(/etc/default/grub says '1>2': update-grub has not run since)" in found["how"]
 
 
 def test_a_separate_boot_partition_names_the_image_without_boot(node: Path) -> None:
     write(node, "/boot/grub/grub.cfg", grub_cfg("1>2").replace("/boot/vmlinuz-", "/vmlinuz-"))
-    assert hk.next_boot_kernel(str(node))["version"] == OLD
+    assert hvd_boot.next_boot_kernel(str(node))["version"] == OLD
 
 
 # ------------------------------------------------------------------------------------------ modules and headers
@@ -342,7 +342,7 @@ def test_the_three_modules_are_found_in_any_folder_and_compression(node: Path) -
     write(node, f"/lib/modules/{NEW}/updates/dkms/nvidia.ko.zst", b"\x7fELF")
     write(node, f"/lib/modules/{NEW}/kernel/nvidia-535srv/nvidia-uvm.ko", b"\x7fELF")  # Ubuntu's prebuilt
     write(node, f"/lib/modules/{NEW}/updates/dkms/nvidia-current-modeset.ko.gz", b"\x7fELF")  # Debian's name
-    assert hk.nvidia_modules(str(node), NEW) == {
+    assert hvd_kernel.nvidia_modules(str(node), NEW) == {
         "nvidia": f"/lib/modules/{NEW}/updates/dkms/nvidia.ko.zst",
         "nvidia-modeset": f"/lib/modules/{NEW}/updates/dkms/nvidia-current-modeset.ko.gz",
         "nvidia-uvm": f"/lib/modules/{NEW}/kernel/nvidia-535srv/nvidia-uvm.ko"}
@@ -355,37 +355,37 @@ def test_other_nvidia_named_modules_and_other_kernels_do_not_count(node: Path) -
     write(node, f"/lib/modules/{NEW}/updates/dkms/nvidia.ko.sig", b"")
     write(node, f"/lib/modules/{NEW}/build/nvidia.ko", b"\x7fELF")  # a build tree, which depmod skips
     write(node, f"/lib/modules/{NEW}/updates/dkms/nvidia.o", b"")
-    assert hk.nvidia_modules(str(node), NEW) == dict.fromkeys(hk.NVIDIA_MODULES)
-    assert hk.nvidia_modules(str(node), OLD)["nvidia-uvm"] == f"/lib/modules/{OLD}/updates/dkms/nvidia-uvm.ko.xz"
+    assert hvd_kernel.nvidia_modules(str(node), NEW) == dict.fromkeys(hvd_kernel.NVIDIA_MODULES)
+    assert hvd_kernel.nvidia_modules(str(node), OLD)["nvidia-uvm"] == f"/lib/modules/{OLD}/updates/dkms/nvidia-uvm.ko.xz"
 
 
 def test_modules_are_found_through_a_merged_usr(tmp_path: Path) -> None:
     link(tmp_path, "/lib", "usr/lib")
     write(tmp_path, f"/usr/lib/modules/{NEW}/updates/dkms/nvidia.ko.xz", b"\x7fELF")
-    assert hk.nvidia_modules(str(tmp_path), NEW)["nvidia"] == f"/usr/lib/modules/{NEW}/updates/dkms/nvidia.ko.xz"
+    assert hvd_kernel.nvidia_modules(str(tmp_path), NEW)["nvidia"] == f"/usr/lib/modules/{NEW}/updates/dkms/nvidia.ko.xz"
 
 
 def test_headers_are_the_build_link_to_a_folder_or_usr_src(node: Path) -> None:
-    assert hk.headers_present(str(node), NEW) is False
+    assert hvd_kernel.headers_present(str(node), NEW) is False
     link(node, f"/lib/modules/{NEW}/build", f"/usr/src/linux-headers-{NEW}")
-    assert hk.headers_present(str(node), NEW) is False  # the link is left behind when the headers are removed
+    assert hvd_kernel.headers_present(str(node), NEW) is False  # the link is left behind when the headers are removed
     write(node, f"/usr/src/linux-headers-{NEW}/Makefile", "")
-    assert hk.headers_present(str(node), NEW) is True
+    assert hvd_kernel.headers_present(str(node), NEW) is True
     write(node, f"/usr/src/linux-headers-{OLD}/Makefile", "")  # no build link: the folder alone does
-    assert hk.headers_present(str(node), OLD) is True
+    assert hvd_kernel.headers_present(str(node), OLD) is True
 
 
 # ------------------------------------------------------------------------------------------ DKMS
 
 
 def test_dkms_status_of_dkms_3_from_a_real_machine() -> None:
-    entries = hk.dkms_status(fixture("dkms-status_nvidia-535.86.05_installed.txt"))
+    entries = hvd_kernel.dkms_status(fixture("dkms-status_nvidia-535.86.05_installed.txt"))
     assert entries == [
         {"module": "nvidia", "version": "535.86.05", "kernel": "6.5.0-060500rc5-generic", "arch": "x86_64",
          "state": "installed", "note": ""},
         {"module": "rtl8852bu", "version": "1.19.3", "kernel": "6.5.0-060500rc5-generic", "arch": "x86_64",
          "state": "installed", "note": ""}]
-    assert [hk.is_nvidia_dkms(e["module"]) for e in entries] == [True, False]
+    assert [hvd_kernel.is_nvidia_dkms(e["module"]) for e in entries] == [True, False]
 
 
 def test_dkms_status_of_dkms_2_with_added_lines_and_warnings() -> None:
@@ -395,7 +395,7 @@ def test_dkms_status_of_dkms_2_with_added_lines_and_warnings() -> None:
             "nvidia-current, 535.216.03: added\n"
             "Error! Could not locate dkms.conf file.\n"
             "File: /var/lib/dkms/broken/1.0/source/dkms.conf does not exist.\n")
-    assert hk.dkms_status(text) == [
+    assert hvd_kernel.dkms_status(text) == [
         {"module": "nvidia", "version": "535.86.05", "kernel": "6.1.0-13-amd64", "arch": "x86_64",
          "state": "installed", "note": "(WARNING! Diff between built and installed module!)"},
         {"module": "nvidia-current", "version": "525.147.05", "kernel": "6.1.0-27-amd64", "arch": "x86_64",
@@ -409,7 +409,7 @@ def test_dkms_status_of_dkms_2_with_added_lines_and_warnings() -> None:
                                   "dkms-install_nvidia-465.19.01_FAIL-kernel-5.12-too-new.txt"])
 def test_dkms_errors_and_other_output_are_no_status_lines(name: str) -> None:
     text = fixture(name)
-    assert "dkms" in text and hk.dkms_status(text) == []
+    assert "dkms" in text and hvd_kernel.dkms_status(text) == []
 
 
 def test_the_dkms_tree_reads_as_dkms_status_would(node: Path) -> None:
@@ -417,22 +417,22 @@ def test_the_dkms_tree_reads_as_dkms_status_would(node: Path) -> None:
     add_dkms(node, "nvidia", "535.86.05", NEW, installed=False)
     link(node, "/var/lib/dkms/nvidia/560.35.03/source", "/usr/src/nvidia-560.35.03")
     add_dkms(node, "nvidia-fs", "2.17.5", OLD)
-    assert [(e["module"], e["version"], e["kernel"], e["state"]) for e in hk.dkms_tree_status(str(node))] == [
+    assert [(e["module"], e["version"], e["kernel"], e["state"]) for e in hvd_kernel.dkms_tree_status(str(node))] == [
         ("nvidia", "535.86.05", OLD, "installed"), ("nvidia", "535.86.05", NEW, "built"),
         ("nvidia", "560.35.03", None, "added"), ("nvidia-fs", "2.17.5", OLD, "installed")]
-    assert hk.dkms_tree_status(str(node / "nothing")) == []
+    assert hvd_kernel.dkms_tree_status(str(node / "nothing")) == []
 
 
 def test_the_make_log_tail_is_the_kernels_own_log_else_the_build_log_about_it(node: Path) -> None:
     make_log = fixture("dkms-make-log-excerpt_nvidia-465.19.01_kernel-5.12_sys_close-error.txt")
     kernel = "5.12.0-rc5-144-tkg-cfs"
     write(node, "/var/lib/dkms/nvidia/465.19.01/build/make.log", make_log)
-    tail = hk.dkms_make_log_tail(str(node), "nvidia", "465.19.01", kernel, lines=3)
+    tail = hvd_kernel.dkms_make_log_tail(str(node), "nvidia", "465.19.01", kernel, lines=3)
     assert tail == make_log.splitlines()[-3:]
     assert tail[-1] == "make: *** [Makefile:80: modules] Error 2"
-    assert hk.dkms_make_log_tail(str(node), "nvidia", "465.19.01", NEW) == []  # that log is about another kernel
+    assert hvd_kernel.dkms_make_log_tail(str(node), "nvidia", "465.19.01", NEW) == []  # that log is about another kernel
     write(node, f"/var/lib/dkms/nvidia/465.19.01/{NEW}/x86_64/log/make.log", "line 1\nline 2\nline 3\n")
-    assert hk.dkms_make_log_tail(str(node), "nvidia", "465.19.01", NEW, lines=2) == ["line 2", "line 3"]
+    assert hvd_kernel.dkms_make_log_tail(str(node), "nvidia", "465.19.01", NEW, lines=2) == ["line 2", "line 3"]
 
 
 # ------------------------------------------------------------------------------------------ the guard
@@ -442,23 +442,23 @@ def test_a_healthy_next_boot_kernel_passes_whatever_its_version(node: Path) -> N
     add_modules(node, NEW)
     add_headers(node, NEW)
     add_dkms(node, "nvidia", "535.86.05", NEW)
-    guard = hk.module_guard(str(node))
+    guard = hvd_kernel.module_guard(str(node))
     assert guard["kernel"] == NEW and guard["missing"] == [] and guard["cause"] is None
     assert guard["dkms"]["state"] == "installed" and guard["headers"] is True
     assert guard["message"] == f"ok: next boot kernel {NEW} has nvidia, nvidia-modeset, nvidia-uvm"
-    assert hk.guard_item(guard) == "ok"
+    assert hvd_kernel.guard_item(guard) == "ok"
 
 
 def test_the_next_boot_kernel_without_headers_is_named_with_its_header_package(node: Path) -> None:
     add_modules(node, OLD)  # the running kernel is fine: only the next boot would lose the driver
     add_headers(node, OLD)
     add_dkms(node, "nvidia", "535.86.05", OLD)
-    guard = hk.module_guard(str(node))
-    assert guard["kernel"] == NEW and guard["cause"] == hk.HEADERS_MISSING and guard["headers"] is False
+    guard = hvd_kernel.module_guard(str(node))
+    assert guard["kernel"] == NEW and guard["cause"] == hvd_kernel.HEADERS_MISSING and guard["headers"] is False
     assert guard["missing"] == ["nvidia", "nvidia-modeset", "nvidia-uvm"] and guard["dkms"] is None
     assert guard["message"] == (f"next boot kernel {NEW} has no NVIDIA module (nvidia, nvidia-modeset, nvidia-uvm): "
                                 f"headers missing (install linux-headers-{NEW})")
-    assert hk.guard_item(guard) == f"{NEW} has no NVIDIA module (nvidia, nvidia-modeset, nvidia-uvm): headers missing"
+    assert hvd_kernel.guard_item(guard) == f"{NEW} has no NVIDIA module (nvidia, nvidia-modeset, nvidia-uvm): headers missing"
 
 
 def test_a_failed_dkms_build_is_named_with_the_end_of_its_make_log(tmp_path: Path) -> None:
@@ -470,8 +470,8 @@ def test_a_failed_dkms_build_is_named_with_the_end_of_its_make_log(tmp_path: Pat
     add_headers(node, kernel)
     link(node, "/var/lib/dkms/nvidia/465.19.01/source", "/usr/src/nvidia-465.19.01")
     write(node, "/var/lib/dkms/nvidia/465.19.01/build/make.log", make_log)
-    guard = hk.module_guard(str(node))
-    assert guard["kernel"] == kernel and guard["cause"] == hk.BUILD_FAILED
+    guard = hvd_kernel.module_guard(str(node))
+    assert guard["kernel"] == kernel and guard["cause"] == hvd_kernel.BUILD_FAILED
     assert guard["log_tail"] == make_log.splitlines()[-20:]
     assert any("implicit declaration of function ‘sys_close’" in line for line in guard["log_tail"])
     assert guard["dkms"] is None  # only "added": no entry for that kernel
@@ -483,8 +483,8 @@ def test_a_kernel_dkms_never_built_for_says_how_to_build_it(node: Path) -> None:
     add_headers(node, NEW)
     add_modules(node, NEW, ("nvidia-uvm",))  # a stale file from another driver does not make it whole
     add_dkms(node, "nvidia", "535.86.05", OLD)
-    guard = hk.module_guard(str(node))
-    assert guard["cause"] == hk.NOT_BUILT and guard["missing"] == ["nvidia", "nvidia-modeset"]
+    guard = hvd_kernel.module_guard(str(node))
+    assert guard["cause"] == hvd_kernel.NOT_BUILT and guard["missing"] == ["nvidia", "nvidia-modeset"]
     assert guard["message"] == (f"next boot kernel {NEW} has no NVIDIA module (nvidia, nvidia-modeset): not built "
                                 f"(dkms install -m nvidia -v 535.86.05 -k {NEW})")
 
@@ -493,40 +493,40 @@ def test_dkms_status_output_given_by_the_caller_is_used_instead_of_the_tree(tmp_
     kernel = "6.5.0-060500rc5-generic"
     write(tmp_path, f"/boot/vmlinuz-{kernel}", b"MZ")
     add_modules(tmp_path, kernel)
-    guard = hk.module_guard(str(tmp_path), dkms_text=fixture("dkms-status_nvidia-535.86.05_installed.txt"))
+    guard = hvd_kernel.module_guard(str(tmp_path), dkms_text=fixture("dkms-status_nvidia-535.86.05_installed.txt"))
     assert guard["cause"] is None and guard["how"] == "no /boot/grub/grub.cfg: the newest kernel in /boot"
     assert guard["dkms"] == {"module": "nvidia", "version": "535.86.05", "kernel": kernel, "arch": "x86_64",
                              "state": "installed", "note": ""}
 
 
 def test_a_node_without_any_kernel_image_cannot_pass(tmp_path: Path) -> None:
-    guard = hk.module_guard(str(tmp_path))
-    assert guard["kernel"] is None and guard["cause"] == hk.NOT_BUILT
-    assert hk.guard_item(guard) == "no kernel image in /boot"
+    guard = hvd_kernel.module_guard(str(tmp_path))
+    assert guard["kernel"] is None and guard["cause"] == hvd_kernel.NOT_BUILT
+    assert hvd_kernel.guard_item(guard) == "no kernel image in /boot"
 
 
 # ------------------------------------------------------------------------------------------ nouveau
 
 
 def test_nouveau_is_blacklisted_by_a_modprobe_d_conf_comments_aside(node: Path) -> None:
-    assert hk.nouveau_blacklisted(str(node)) is False
+    assert hvd_kernel.nouveau_blacklisted(str(node)) is False
     write(node, "/etc/modprobe.d/admin.conf", "# blacklist nouveau\noptions nouveau modeset=0\n")
     write(node, "/etc/modprobe.d/old-blacklist", "blacklist nouveau\n")  # not a .conf: modprobe skips it
-    assert hk.nouveau_blacklisted(str(node)) is False
+    assert hvd_kernel.nouveau_blacklisted(str(node)) is False
     write(node, "/lib/modprobe.d/nvidia-installer-disable-nouveau.conf", "blacklist nouveau  # the installer's\n")
-    assert hk.nouveau_blacklist_files(str(node)) == ["/lib/modprobe.d/nvidia-installer-disable-nouveau.conf"]
+    assert hvd_kernel.nouveau_blacklist_files(str(node)) == ["/lib/modprobe.d/nvidia-installer-disable-nouveau.conf"]
     write(node, "/etc/modprobe.d/nvidia-installer-disable-nouveau.conf", "options nouveau modeset=0\n")
-    assert hk.nouveau_blacklisted(str(node)) is False  # /etc's file of the same name masks /lib's
+    assert hvd_kernel.nouveau_blacklisted(str(node)) is False  # /etc's file of the same name masks /lib's
 
 
 def test_the_initramfs_must_be_newer_than_the_blacklist(node: Path) -> None:
-    assert hk.initramfs_after_blacklist(str(node), NEW) is None
+    assert hvd_kernel.initramfs_after_blacklist(str(node), NEW) is None
     conf = write(node, "/etc/modprobe.d/hvd-blacklist-nouveau.conf", "blacklist nouveau\noptions nouveau modeset=0\n")
     os.utime(conf, (2000, 2000))
     os.utime(node / f"boot/initrd.img-{NEW}", (1000, 1000))
-    assert hk.initramfs_after_blacklist(str(node), NEW) is False
+    assert hvd_kernel.initramfs_after_blacklist(str(node), NEW) is False
     os.utime(node / f"boot/initrd.img-{NEW}", (3000, 3000))
-    assert hk.initramfs_after_blacklist(str(node), NEW) is True
+    assert hvd_kernel.initramfs_after_blacklist(str(node), NEW) is True
 
 
 # ------------------------------------------------------------------------------------------ unattended-upgrades
@@ -575,32 +575,32 @@ DPKG = "".join(f"Package: {name}\nStatus: {status}\nArchitecture: amd64\nVersion
 
 def test_the_package_blacklist_is_the_union_of_every_apt_conf_d_file(tmp_path: Path) -> None:
     write(tmp_path, "/etc/apt/apt.conf.d/50unattended-upgrades", DEBIAN_50UU)
-    assert hk.uu_blacklist(str(tmp_path)) == []  # Debian's entries are all commented out
+    assert hvd_apt_conf.uu_blacklist(str(tmp_path)) == []  # Debian's entries are all commented out
     write(tmp_path, "/etc/apt/apt.conf.d/51hvdcluster", OURS)
     write(tmp_path, "/etc/apt/apt.conf.d/52admin.conf", 'Unattended-Upgrade::Package-Blacklist { "linux-"; };\n')
     write(tmp_path, "/etc/apt/apt.conf.d/51hvdcluster.dpkg-old", 'Unattended-Upgrade::Package-Blacklist { "x"; };')
     write(tmp_path, "/etc/apt/apt.conf.d/has space", 'Unattended-Upgrade::Package-Blacklist { "y"; };')
-    assert hk.uu_blacklist(str(tmp_path)) == ["nvidia-", "libnvidia-", "libcuda1$", "cuda-", "libcudnn9", "libnccl",
-                                              "firmware-nvidia-gsp", "linux-"]
+    assert hvd_apt_conf.uu_blacklist(str(tmp_path)) == ["nvidia-", "libnvidia-", "libcuda1$", "cuda-", "libcudnn9", "libnccl",
+                                                        "firmware-nvidia-gsp", "linux-"]
 
 
 def test_a_later_clear_drops_the_guard(tmp_path: Path) -> None:
     write(tmp_path, "/etc/apt/apt.conf.d/51hvdcluster", OURS)
     write(tmp_path, "/etc/apt/apt.conf.d/99local", '#clear Unattended-Upgrade::Package-Blacklist;\n'
                                                    'unattended-upgrade::package-blacklist { "vim"; };\n')
-    assert hk.uu_blacklist(str(tmp_path)) == ["vim"]
+    assert hvd_apt_conf.uu_blacklist(str(tmp_path)) == ["vim"]
 
 
 def test_packages_the_blacklist_misses_are_named_matched_from_their_start(tmp_path: Path) -> None:
     write(tmp_path, "/var/lib/dpkg/status", DPKG)
     packages = ["nvidia-open", "libcuda1", "libcuda1-i386", "cuda-toolkit-12-4", "libcudnn9-cuda-12", "libnccl2:amd64",
                 "nvidia-cuda-dev", "xserver-xorg-video-nvidia-legacy-390xx", "nvidia-driver", "not-installed"]
-    assert hk.uu_guard_missing(str(tmp_path), packages) == sorted(
+    assert hvd_apt_conf.uu_guard_missing(str(tmp_path), packages) == sorted(
         ["nvidia-open", "libcuda1", "libcuda1-i386", "cuda-toolkit-12-4", "libcudnn9-cuda-12", "libnccl2",
          "nvidia-cuda-dev", "xserver-xorg-video-nvidia-legacy-390xx"])
     write(tmp_path, "/etc/apt/apt.conf.d/51hvdcluster", OURS)
     # "libcuda1$" stops at the name's end; "nvidia-" must match at the name's start, not inside it
     missing = ["libcuda1-i386", "xserver-xorg-video-nvidia-legacy-390xx"]
-    assert hk.uu_guard_missing(str(tmp_path), packages) == missing
+    assert hvd_apt_conf.uu_guard_missing(str(tmp_path), packages) == missing
     write(tmp_path, "/etc/apt/apt.conf.d/52bad", 'Unattended-Upgrade::Package-Blacklist { "libcuda1-(" ; };\n')
-    assert hk.uu_guard_missing(str(tmp_path), packages) == missing  # a broken regex covers nothing
+    assert hvd_apt_conf.uu_guard_missing(str(tmp_path), packages) == missing  # a broken regex covers nothing
