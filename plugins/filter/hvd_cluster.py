@@ -2,11 +2,11 @@
 
 The generated inventory writes the list once (``hvd_members`` in group_vars/all/cluster.yml, by
 src/hvdcluster/inventory/variables.py); a hand-written inventory need not: the roles derive each member from its
-host variables with the same rules::
+host variables with the same rules (plugins/module_utils/hvd_members.py, which `hvdcluster run` uses too)::
 
     fabric  hvd_fabric_address, else ansible_host, else the inventory name
     port    hvd_fabric_port, else ansible_port, else 22
-    slots   hvd_slots, else 1
+    slots   hvd_slots, else one per GPU the node reports, else 1
 
 Roles name the hosts (their group, or the hosts of this run) and take the written entries where there are::
 
@@ -23,36 +23,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-
-
-def _set(host: Mapping[str, Any], name: str) -> Any:
-    """The host's variable ``name``, or None when it is not set (absent, null or empty)."""
-    if name not in host:
-        return None
-    value = host[name]
-    return None if value is None or value == "" else value
-
-
-def _number(value: Any, host: str, what: str) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise AnsibleFilterError(f"hvd_members: {host}: {what} {value!r} is not a number") from None
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_members as member_rules
 
 
 def member(name: str, host: Mapping[str, Any]) -> dict[str, Any]:
-    """One member from its host variables."""
-    fabric = _set(host, "hvd_fabric_address")
-    fabric = fabric if fabric is not None else _set(host, "ansible_host")
-    port = _set(host, "hvd_fabric_port")
-    port = port if port is not None else _set(host, "ansible_port")
-    slots = _set(host, "hvd_slots")
-    return {
-        "name": name,
-        "fabric": fabric if fabric is not None else name,
-        "port": _number(port if port is not None else 22, name, "port"),
-        "slots": _number(slots, name, "slots") if slots is not None else None,
-    }
+    """One member from its host variables (plugins/module_utils/hvd_members.py's rules)."""
+    try:
+        return member_rules.member(name, host)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from None
 
 
 def gpu_count(host: Mapping[str, Any]) -> int:
@@ -66,10 +45,10 @@ def gpu_count(host: Mapping[str, Any]) -> int:
 
 def _with_slots(entry: dict[str, Any], host: Mapping[str, Any]) -> dict[str, Any]:
     """``entry`` with its slots decided: the ones written, else one per GPU the node reports, else 1."""
-    if entry.get("slots") in (None, ""):
-        entry["slots"] = gpu_count(host) or 1
-    else:
-        entry["slots"] = _number(entry["slots"], entry["name"], "slots")
+    try:
+        entry["slots"] = member_rules.slots(entry["name"], entry.get("slots"), gpu_count(host))
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from None
     return entry
 
 
@@ -140,6 +119,11 @@ def hvd_fabric_interfaces(names: Iterable[str], hostvars: Mapping[str, Mapping[s
     return out
 
 
+def hvd_host_list(per_host: Mapping[str, int]) -> str:
+    """horovodrun's ``-H`` list of ``per_host`` (name -> slots): plugins/module_utils/hvd_members.py's, as `run`'s."""
+    return member_rules.host_list(per_host)
+
+
 def hvd_rotate(items: list[Any], start: int) -> list[Any]:
     """``items`` starting at position ``start`` (modulo its length) and wrapping round: when every node walks its
     peers from its own position, no two nodes knock on the same peer at once (sshd drops connections beyond
@@ -155,4 +139,4 @@ class FilterModule:
         return {"hvd_members": hvd_members, "hvd_member_peers": hvd_member_peers,
                 "hvd_allreduce_ranks": hvd_allreduce_ranks,
                 "hvd_allreduce_throughput": hvd_allreduce_throughput, "hvd_rotate": hvd_rotate,
-                "hvd_fabric_interfaces": hvd_fabric_interfaces}
+                "hvd_fabric_interfaces": hvd_fabric_interfaces, "hvd_host_list": hvd_host_list}

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_members as member_rules
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_defaults import ENV_PREFIX
 
 from .errors import HvdError
@@ -63,7 +64,7 @@ def open_slots(inv: Inventory) -> list[str]:
 def slots(inv: Inventory, gpus: dict[str, int] | None = None) -> dict[str, int]:
     """Processes per node: hvd_slots, else one per GPU the node reported (``gpus``), else 1."""
     gpus = gpus or {}
-    return {name: int(v.get("hvd_slots") or gpus.get(name) or 1) for name, v in inv.hosts.items()}
+    return {name: member_rules.slots(name, v.get("hvd_slots"), gpus.get(name)) for name, v in inv.hosts.items()}
 
 
 def on_each(inv: Inventory, hosts: list[str], command: str,
@@ -162,9 +163,9 @@ def build(
         raise LaunchError(f"run: -np must be at least 1 (got {np})")
     if np > total and (gpus is not None or not open_slots(inv)):
         raise LaunchError(f"run: -np {np} is more than the {total} slots of the cluster "
-                          f"({', '.join(f'{h}:{s}' for h, s in per_host.items())})")
+                          f"({member_rules.host_list(per_host).replace(',', ', ')})")
     prefix = str(inv.vars.get("hvd_pyenv_prefix") or DEFAULT_PREFIX)
-    argv = [f"{prefix}/bin/horovodrun", "-np", str(np), "-H", ",".join(f"{h}:{s}" for h, s in per_host.items())]
+    argv = [f"{prefix}/bin/horovodrun", "-np", str(np), "-H", member_rules.host_list(per_host)]
     if controller:
         argv.append(f"--{controller}")
     # One node (run --limit): horovodrun finds every host local and looks for the interface holding 127.0.0.1 among

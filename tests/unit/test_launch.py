@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ansible_collections.hvd.cluster.plugins.filter import hvd_cluster
 
 from hvdcluster import inventory, launch, spec
 from hvdcluster.errors import HvdError
@@ -149,3 +150,18 @@ def test_while_the_gpus_are_unknown_a_large_np_is_not_refused_but_a_known_overfl
         launch.build(open_inv, ["python", "x.py"], np=16, gpus={"gpu01": 8})
     with pytest.raises(HvdError, match="more than the 4 slots"):
         launch.build(inv, ["python", "x.py"], np=16, gpus=None)  # every slot written: known now
+
+
+
+def test_the_roles_and_run_share_one_rule_for_members_slots_and_the_host_list() -> None:
+    """hvd_verify's -H list (hvd_host_list over the members' slots) is `hvdcluster run`'s (launch.build): one rule,
+    plugins/module_utils/hvd_members.py; the slots of a member without hvd_slots are its GPUs, else 1, on both sides."""
+    hostvars = {"a": {"hvd_slots": 2}, "b": {"ansible_local": {"hvd_nvidia_driver": {"gpu_count": 4}}}, "c": {}}
+    members = hvd_cluster.hvd_members(["a", "b", "c"], hostvars)
+    per_host = {m["name"]: m["slots"] for m in members}
+    assert hvd_cluster.hvd_host_list(per_host) == "a:2,b:4,c:1"
+    inv = inventory.Inventory(path=Path("/srv/inventories/lab"), vars={},
+                              hosts={"a": {"hvd_slots": 2, "ansible_host": "a"}, "b": {"ansible_host": "b"},
+                                     "c": {"ansible_host": "c"}})
+    assert launch.slots(inv, {"b": 4}) == per_host
+    assert launch.build(inv, ["true"], gpus={"b": 4}).horovodrun[3:5] == ["-H", "a:2,b:4,c:1"]

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_members as member_rules
+
 from .. import redact
 from ..compat import Plan, preflight_vars, sdist_sha256
 from ..spec import ClusterSpec
@@ -81,19 +83,9 @@ def host_vars(spec: ClusterSpec) -> dict[str, dict[str, Any]]:
 
 def members(spec: ClusterSpec) -> list[dict[str, Any]]:
     """Every member in inventory order, as the roles use it: name, fabric address, the SSH port the other nodes
-    use, slots. The rules of plugins/filter/hvd_cluster.py, which derives the same list from the host variables
-    of a hand-written inventory: fabric = hvd_fabric_address, else ansible_host, else the name; port =
-    hvd_fabric_port, else ansible_port, else 22; slots = hvd_slots, else None: one per GPU the node reports
-    (ansible_local.hvd_nvidia_driver.gpu_count), else 1, decided where the GPUs are known."""
-    out = []
-    for name, entry in host_vars(spec).items():
-        out.append({
-            "name": name,
-            "fabric": entry.get("hvd_fabric_address") or entry.get("ansible_host") or name,
-            "port": int(entry.get("hvd_fabric_port") or entry.get("ansible_port") or 22),
-            "slots": int(entry["hvd_slots"]) if entry.get("hvd_slots") else None,
-        })
-    return out
+    use, slots (None: one per GPU the node reports, else 1, decided where the GPUs are known). The rules are
+    plugins/module_utils/hvd_members.py's, which the roles apply to a hand-written inventory's host variables."""
+    return [member_rules.member(name, entry) for name, entry in host_vars(spec).items()]
 
 
 def group_vars(spec: ClusterSpec, plan: Plan | None = None) -> dict[str, dict[str, Any]]:

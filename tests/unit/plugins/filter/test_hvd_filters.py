@@ -243,6 +243,7 @@ def test_peers_are_every_other_member_by_fabric_address_with_extra_fields() -> N
     ]
 
 
+
 # ------------------------------------------------------------------------------------------ post-flight allreduce
 
 
