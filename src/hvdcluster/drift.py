@@ -17,6 +17,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+# ABSENT: a key one side lacks, as the state readers write it.
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import ABSENT
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 
 # The roles in playbooks/site.yml order: `up` converges a drifted node from its earliest one onward.
@@ -36,8 +38,6 @@ ROLES = [
     "hvd_verify",
 ]
 
-# A key one side lacks reads as this (the state module uses the same word for a package not installed).
-ABSENT = "absent"
 
 PEERS_NOTE = "differs from peers"
 NO_RECORD_NOTE = "no desired record: compared with peers"

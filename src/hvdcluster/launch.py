@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ansible_collections.hvd.cluster.plugins.module_utils import hvd_members as member_rules
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_defaults import ENV_PREFIX
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import ABSENT
 
 from .errors import HvdError
 from .inventory import Inventory, proxy_command, ssh_word
@@ -112,7 +113,7 @@ def counts_read(found: dict[str, dict], hosts: list[str]) -> dict[str, int]:
 def interface_read(found: dict[str, dict], host: str) -> str | None:
     """The fabric interface hvd_base recorded on ``host``, from the node state the launch gate read."""
     value = (found.get(host) or {}).get("base.fabric_interface")
-    return str(value) if value and value != "absent" else None
+    return str(value) if value and value != ABSENT else None
 
 
 def activation(prefix: str, manager: str = "venv") -> str:
