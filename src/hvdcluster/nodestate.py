@@ -194,3 +194,20 @@ def note_deep_findings(root: Path, found: Iterable[str], cleared: Iterable[str])
 def forget_inputs(root: Path) -> None:
     """Something changed outside a full converge (a failed run, a partial one): the next `up` converges fully."""
     (state_dir(root) / INPUTS).unlink(missing_ok=True)
+
+
+def saved_inputs(root: Path) -> bytes | None:
+    """The inputs record as it is (its bytes), to be put back by :func:`restore_inputs`; None when there is none."""
+    try:
+        return (state_dir(root) / INPUTS).read_bytes()
+    except OSError:
+        return None
+
+
+def restore_inputs(root: Path, saved: bytes) -> None:
+    """Put back a record :func:`saved_inputs` read (a run that changed no node: the nodes are as that record says)."""
+    folder = state_dir(root)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    part = folder / f".{INPUTS}.part-{os.getpid()}"
+    part.write_bytes(saved)
+    os.replace(part, folder / INPUTS)

@@ -781,6 +781,32 @@ def test_a_change_of_variables_that_ends_badly_is_not_recorded(hosts, rendered, 
     assert nodestate.recorded_inputs(root) == ""
 
 
+@pytest.mark.parametrize("changed, kept", [(0, True), (1, False)], ids=["nothing-changed", "node1-changed"])
+def test_a_run_that_changed_no_node_keeps_the_record_it_forgot_at_its_start(hosts, rendered, recorded, changed, kept,
+                                                                            monkeypatch) -> None:
+    """`up --full` with gpu02 unreachable (stopped, or its host key refused): when no node changed, the record made by
+    the last full converge is put back as it was (the nodes are as it says: the next `up` reads them against it);
+    when gpu01 changed, it stays forgotten (the next `up` converges every node)."""
+    from hvdcluster import nodestate
+
+    root = rendered / "c1"
+    before = (root / "state" / nodestate.INPUTS).read_bytes()
+    real_call = recorded.__call__
+
+    def run(*a, **kw):
+        tracker, result = real_call(*a, **kw)
+        tracker.hosts["gpu01"].ok, tracker.hosts["gpu01"].changed = 5, changed
+        tracker.hosts["gpu02"].unreachable = 1
+        assert nodestate.recorded_inputs(root) == ""  # forgotten while the run runs: a run cut short never counts
+        return tracker, type("Result", (), {"rc": 4, "log": root / "log", "status": "failed"})()
+
+    recorded.after = {"gpu01": dict(SHARED)}
+    monkeypatch.setattr(runs, "tracked_run", run)
+    assert cli.main(["up", str(hosts), "-o", str(rendered), "--full"]) == 1
+    assert (nodestate.saved_inputs(root) == before) is kept
+    assert (nodestate.recorded_inputs(root) == "") is not kept
+
+
 def test_a_first_converge_that_makes_the_cluster_key_is_recorded_with_it(hosts, rendered, monkeypatch,
                                                                          capsys) -> None:
     """The cluster key is made during the first converge and is one of the inputs: the digest recorded is the one

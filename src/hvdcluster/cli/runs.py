@@ -188,6 +188,7 @@ def converge(args: argparse.Namespace, playbook: str, what: str, command: str) -
         inputs = nodestate.inputs_digest(root) if converging else ""
         # The records were made from these same inputs (`up --full` with nothing changed): hold the nodes to them.
         records_current = converging and nodestate.recorded_inputs(root) == inputs
+        saved = nodestate.saved_inputs(root) if converging and not tags else None
         if converging and not tags:  # a run of some roles (--tags) records nothing, and so forgets nothing either
             nodestate.forget_inputs(root)  # recorded again only when this run ends well: a run cut short never counts
         events: list[dict] = []
@@ -201,6 +202,8 @@ def converge(args: argparse.Namespace, playbook: str, what: str, command: str) -
             if tracker.ok and result.rc == 0 and not args.limit and not unrepaired:
                 # after the run: a first converge makes the cluster key, which is one of the inputs
                 nodestate.record_inputs(root, nodestate.inputs_digest(root))  # the fast path's reference
+            else:
+                keep_record_if_untouched(root, saved, tracker, unrepaired)
     extra = {"converged": [h for h, s in tracker.hosts.items() if (s.ok or s.changed) and s.ended_well]
              } if playbook == "site.yml" else {}
     ready = None
@@ -210,6 +213,20 @@ def converge(args: argparse.Namespace, playbook: str, what: str, command: str) -
         ready = health_tail(root, health.readings_in(events), names, tracker.throughput, "up",
                             health.read_seconds(events))
     return finish(args, console, cluster, root, tracker, result, extra, unrepaired, ready)
+
+
+def keep_record_if_untouched(root: Path, saved: bytes | None, tracker: Tracker, unrepaired: list[str]) -> bool:
+    """A run that ended without changing any node (a node unreachable, a host key refused, nothing else wrong) leaves
+    every node as the record forgotten at its start says: put that record back, so that the next `up` reads the
+    nodes against it (the fast path) instead of converging every node. A run that changed something, failed a task
+    or was cut short keeps it forgotten."""
+    from .. import nodestate
+
+    untouched = tracker.finished and all(h.changed == 0 and h.failed == 0 for h in tracker.hosts.values())
+    if saved is None or not untouched or unrepaired:
+        return False
+    nodestate.restore_inputs(root, saved)
+    return True
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:

@@ -121,6 +121,7 @@ def _converge_and_prove(args: argparse.Namespace, console, cluster, root, todo: 
     ended well (forgotten meanwhile: a run cut short is not taken for a converge)."""
     from .. import health, nodestate
 
+    saved = nodestate.saved_inputs(root)
     nodestate.forget_inputs(root)
     events: list[dict] = []
     tracker, result = runs.tracked_run(root, cluster, console, "site.yml", tags=todo.tags,
@@ -133,6 +134,8 @@ def _converge_and_prove(args: argparse.Namespace, console, cluster, root, todo: 
                                  records_current=records_current)
     if tracker.ok and result.rc == 0 and not unrepaired:
         nodestate.record_inputs(root, digest)
+    else:
+        runs.keep_record_if_untouched(root, saved, tracker, unrepaired)
     if todo.deep:  # read back deep: a repaired node's env is as installed, byte for byte
         nodestate.note_deep_findings(root, found=[line.split(":", 1)[0] for line in unrepaired
                                                   if ": env.files:" in line], cleared=converged)
