@@ -157,10 +157,15 @@ def recorded_parts(root: Path) -> dict[str, Any]:
 def record_inputs(root: Path, digest: str) -> None:
     """After a full successful converge: what it converged from (the inputs as they are now: ``digest`` is their
     digest), with the parts they are made of."""
+    _write_inputs(root, (json.dumps({"inputs": digest, "parts": inputs.parts(root)}) + "\n").encode())
+
+
+def _write_inputs(root: Path, data: bytes) -> None:
+    """The inputs record written whole or not at all (a reader never sees half of it)."""
     folder = state_dir(root)
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     part = folder / f".{INPUTS}.part-{os.getpid()}"
-    part.write_text(json.dumps({"inputs": digest, "parts": inputs.parts(root)}) + "\n")
+    part.write_bytes(data)
     os.replace(part, folder / INPUTS)
 
 
@@ -206,8 +211,4 @@ def saved_inputs(root: Path) -> bytes | None:
 
 def restore_inputs(root: Path, saved: bytes) -> None:
     """Put back a record :func:`saved_inputs` read (a run that changed no node: the nodes are as that record says)."""
-    folder = state_dir(root)
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    part = folder / f".{INPUTS}.part-{os.getpid()}"
-    part.write_bytes(saved)
-    os.replace(part, folder / INPUTS)
+    _write_inputs(root, saved)
