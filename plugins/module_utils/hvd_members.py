@@ -15,10 +15,15 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 
+def _unset(value: Any) -> bool:
+    """Null or empty: not set (a hand-written inventory may write either)."""
+    return value is None or value == ""
+
+
 def _set(host: Mapping[str, Any], name: str) -> Any:
     """The host's variable ``name``, or None when it is not set (absent, null or empty)."""
     value = host.get(name)
-    return None if value is None or value == "" else value
+    return None if _unset(value) else value
 
 
 def number(value: Any, host: str, what: str) -> int:
@@ -46,7 +51,7 @@ def member(name: str, host: Mapping[str, Any]) -> dict[str, Any]:
 
 def slots(name: str, written: Any, gpus: Optional[int]) -> int:
     """A member's processes: ``written`` (hvd_slots) where set, else one per GPU (``gpus``), else 1."""
-    if written is None or written == "":
+    if _unset(written):
         return int(gpus or 0) or 1
     return number(written, name, "slots")
 
