@@ -240,7 +240,8 @@ def test_every_runtime_dependency_is_imported_by_the_product() -> None:
 
 # The roles that build once into the controller cache, and the task file their builder node runs.
 CACHED_BUILDS = {"hvd_pyenv": ["build-venv.yml", "build-conda.yml"], "hvd_horovod": ["build.yml"],
-                 "hvd_openmpi": ["build.yml"], "hvd_nccl_tests": ["build.yml"]}
+                 "hvd_openmpi": ["build.yml"], "hvd_nccl_tests": ["build.yml"],
+                 "hvd_pyxis": ["build.yml"]}
 
 
 def test_one_cached_build_flow_takes_every_build_lease() -> None:

@@ -1,5 +1,6 @@
 """Readers of a node's software stack for hvd_node_state: the OS and the packages hvdcluster holds (``os.*``,
-``packages.*``), the NVIDIA driver and the GPU components (``driver.*``, ``components.*``, ``nccl_tests.*``) and
+``packages.*``), the NVIDIA driver and the GPU components (``driver.*``, ``components.*``, ``nccl_tests.*``,
+``pyxis.*``) and
 MPI (``mpi.*``: the mpirun a non-interactive SSH command finds).
 
 ``root`` and the item shapes are hvd_state.py's.
@@ -24,6 +25,7 @@ from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import (
     MANIFEST,
     d16,
     describe_problems,
+    file_d16,
     manifest_entry_differs,
     read_fact,
     read_manifest,
@@ -149,7 +151,7 @@ def nccl_header_version(path: str) -> str:
 
 def components_state(root: str, deep: bool = False) -> dict:
     """``<c>.version`` and ``<c>.home`` of cuda, cudnn, nccl (their facts), ``nccl.header`` (nccl.h's own) and the
-    ``nccl_tests.*`` items where nccl-tests is installed (:func:`nccl_tests_state`)."""
+    ``nccl_tests.*`` and ``pyxis.*`` items where those are installed (:func:`nccl_tests_state`, :func:`pyxis_state`)."""
     out = {}
     for name in ("cuda", "cudnn", "nccl"):
         fact = read_fact(root, f"hvd_{name}")
@@ -160,33 +162,63 @@ def components_state(root: str, deep: bool = False) -> dict:
     out["nccl.header"] = (nccl_header_version(under(root, os.path.join(home, "include", "nccl.h")))
                           if home not in (ABSENT, "") else ABSENT)
     out.update(nccl_tests_state(root, deep))
+    out.update(pyxis_state(root, deep))
     return out
 
 
-# hvd_nccl_tests' build key, written last into its prefix (hvd_tree's marker); the prefix comes from its fact.
+# The build keys hvd_nccl_tests and hvd_pyxis write last into their prefixes (hvd_tree's marker); each prefix comes from
+# the role's fact.
 NCCL_TESTS_MARKER = ".hvd-nccl-tests-key"
+PYXIS_MARKER = ".hvd-pyxis-key"
 
 
-def nccl_tests_state(root: str, deep: bool = False) -> dict:
-    """Where hvd_nccl_tests recorded nccl-tests (its fact names the prefix): ``nccl_tests.version`` (the fact's),
-    ``nccl_tests.key`` (the build key in the prefix) and ``nccl_tests.files``: "ok", or each file of the prefix's
-    manifest that is missing or changed, judged as hvd_tree judges it (size and modification time; ``deep``: sha256).
-    Nothing on a node without the fact (a CPU stack, a stack that asks for no nccl-tests)."""
-    fact = read_fact(root, "hvd_nccl_tests") or {}
+def built_tree_state(root: str, fact_name: str, marker: str, item: str, deep: bool = False) -> dict:
+    """Where a role recorded a tree it built once and unpacked at a prefix (its fact names the prefix):
+    ``<item>.version`` (the fact's), ``<item>.key`` (the build key in the prefix) and ``<item>.files``: "ok", or each
+    file of the prefix's manifest that is missing or changed, judged as hvd_tree judges it (size and modification
+    time; ``deep``: sha256). Nothing on a node without the fact (the role is not asked for there)."""
+    fact = read_fact(root, fact_name) or {}
     where = fact.get("prefix")
     if not isinstance(where, str) or not where.startswith("/"):
         return {}
     prefix = under(root, where)
-    key = read_text(os.path.join(prefix, NCCL_TESTS_MARKER))
+    key = read_text(os.path.join(prefix, marker))
     manifest = read_manifest(prefix)
     problems = [("missing", MANIFEST)] if manifest is None else []
     for rel, want in (manifest or {}).items():
         kind = manifest_entry_differs(os.path.normpath(os.path.join(prefix, rel)), want, deep)
         if kind:
             problems.append((kind, rel))
-    return {"nccl_tests.version": str(fact.get("version") or ABSENT),
-            "nccl_tests.key": key.strip() if key is not None else ABSENT,
-            "nccl_tests.files": describe_problems(problems)}
+    return {f"{item}.version": str(fact.get("version") or ABSENT),
+            f"{item}.key": key.strip() if key is not None else ABSENT,
+            f"{item}.files": describe_problems(problems)}
+
+
+def nccl_tests_state(root: str, deep: bool = False) -> dict:
+    """nccl-tests where hvd_nccl_tests installed it (``nccl_tests.*``: :func:`built_tree_state`); nothing on a node
+    without its fact (a CPU stack, a stack that asks for no nccl-tests)."""
+    return built_tree_state(root, "hvd_nccl_tests", NCCL_TESTS_MARKER, "nccl_tests", deep)
+
+
+# What hvd_pyxis writes besides its tree: Slurm's plugstack (the drop-in folder included, pyxis named in it) and the
+# link that puts enroot on the PATH pyxis searches.
+PYXIS_FILES = ("/etc/slurm/plugstack.conf", "/etc/slurm/plugstack.conf.d/pyxis.conf")
+ENROOT_LINK = "/usr/local/bin/enroot"
+
+
+def pyxis_state(root: str, deep: bool = False) -> dict:
+    """enroot and pyxis where hvd_pyxis installed them: the tree (``pyxis.version``, ``pyxis.key``, ``pyxis.files``:
+    :func:`built_tree_state`), ``pyxis.config.<file>`` (d16 of Slurm's plugstack files) and ``pyxis.enroot`` (where
+    /usr/local/bin/enroot leads). Nothing on a node without its fact (no container jobs asked for)."""
+    out = built_tree_state(root, "hvd_pyxis", PYXIS_MARKER, "pyxis", deep)
+    if not out:
+        return out
+    for path in PYXIS_FILES:
+        out[f"pyxis.config.{os.path.basename(path)}"] = file_d16(under(root, path))
+    link = under(root, ENROOT_LINK)
+    out["pyxis.enroot"] = os.readlink(link) if os.path.islink(link) else ("not a link" if os.path.lexists(link)
+                                                                          else ABSENT)
+    return out
 
 
 def noninteractive_path(root: str) -> str:

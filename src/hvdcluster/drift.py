@@ -32,6 +32,7 @@ ROLES = [
     "hvd_nccl",
     "hvd_openmpi",
     "hvd_slurm",
+    "hvd_pyxis",
     "hvd_nccl_tests",
     "hvd_pyenv",
     "hvd_horovod",
@@ -57,7 +58,7 @@ PER_NODE_PREFIXES = ("gpu.",)
 # Items every node must share: a node whose own record is odd among its peers' records is reported.
 PEER_ITEMS = ("mpi.version", "mpi.path", "cuda.version", "cudnn.version", "driver.installed", "os.release",
               "slurm.config.slurm.conf", "slurm.config.cgroup.conf")
-PEER_PREFIXES = ("env.", "horovod.", "nccl.", "nccl_tests.", "pkg.", "launch.")
+PEER_PREFIXES = ("env.", "horovod.", "nccl.", "nccl_tests.", "pyxis.", "pkg.", "launch.")
 
 # Items `check` names as a notice, never as a drift (compare leaves them out): what may well be right but deserves a
 # look. The controller's own key is one of the keys beyond the cluster's.
@@ -101,6 +102,7 @@ _PREFIX_OWNERS = (
     ("nccl.", "hvd_nccl"),
     ("mpi.", "hvd_openmpi"),
     ("slurm.", "hvd_slurm"),
+    ("pyxis.", "hvd_pyxis"),
     ("nccl_tests.", "hvd_nccl_tests"),
     ("env.", "hvd_pyenv"),
     ("horovod.", "hvd_horovod"),

@@ -61,6 +61,46 @@ def test_the_inventory_names_the_scheduler_and_the_roles_variables(tmp_path: Pat
     assert not any(name.startswith(("hvd_scheduler", "hvd_slurm", "hvd_openmpi_slurm")) for name in plain)
 
 
+CONTAINERS = ("scheduler:\n  kind: slurm\n  containers: pyxis\n  enroot: {url: %s}\n"
+              "  pyxis: {url: https://mirror.example/pyxis-0.24.0.tar.gz, sha256: %s}\n")
+
+
+def test_container_jobs_take_both_releases_and_the_inventory_passes_them_to_hvd_pyxis(tmp_path: Path) -> None:
+    tarball = tmp_path / "enroot-4.1.2.tar.gz"
+    tarball.write_bytes(b"not read here")
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(HOSTS + CONTAINERS % ("./enroot-4.1.2.tar.gz", "ab" * 32))
+    sched = spec.load(str(hosts)).scheduler
+    assert (sched.containers, sched.enroot, sched.pyxis) == (
+        "pyxis", {"url": str(tarball)}, {"url": "https://mirror.example/pyxis-0.24.0.tar.gz", "sha256": "ab" * 32})
+    variables = inventory.read(inventory.render(spec.load(str(hosts)), tmp_path / "inv")).vars
+    assert variables["hvd_scheduler"]["containers"] == "pyxis"
+    assert (variables["hvd_pyxis_enroot_url"], variables["hvd_pyxis_url"], variables["hvd_pyxis_sha256"]) == (
+        str(tarball), "https://mirror.example/pyxis-0.24.0.tar.gz", "ab" * 32)
+    assert "hvd_pyxis_enroot_sha256" not in variables  # the role's pinned `git archive` digest
+
+
+@pytest.mark.parametrize(("text", "line", "field", "words"), [
+    (CONTAINERS % ("./missing.tar.gz", "ab" * 32), 8, "scheduler.enroot.url", "file not found"),
+    (CONTAINERS % ("https://u:p@mirror.example/e.tar.gz", "ab" * 32), 8, "scheduler.enroot.url",
+     "a URL with a user or a query is not taken here"),
+    (CONTAINERS % ("https://mirror.example/e.tar.gz", "abc"), 9, "scheduler.pyxis.sha256", "sha256"),
+    ("scheduler: {kind: slurm, containers: docker}", 5, "scheduler.containers", "invalid choice 'docker'"),
+    ("scheduler: {kind: slurm, containers: pyxis, pyxis: {url: 'https://m.example/p.tgz'}}", 5, "scheduler.enroot.url",
+     "enroot is published only on GitHub"),
+    ("scheduler: {kind: slurm, enroot: {url: 'https://m.example/e.tgz'}}", 5, "scheduler.enroot",
+     "only with scheduler.containers: pyxis"),
+])
+def test_bad_container_job_settings_are_one_error_at_their_line_and_field(tmp_path: Path, text, line, field,
+                                                                         words) -> None:
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(HOSTS + text + "\n")
+    with pytest.raises(SpecError) as caught:
+        spec.load(str(hosts))
+    err = caught.value
+    assert (err.line, err.field) == (line, field) and words in err.message, str(err)
+
+
 # ------------------------------------------------------------------------------------------ srun and sbatch
 
 

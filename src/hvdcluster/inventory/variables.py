@@ -131,9 +131,14 @@ def scheduler_vars(spec: ClusterSpec) -> dict[str, Any]:
     sched = spec.scheduler
     if sched is None:
         return {}
-    return {"hvd_scheduler": {"kind": sched.kind, "controller": sched.controller, "partition": sched.partition},
-            "hvd_slurm_controller": sched.controller, "hvd_slurm_partition": sched.partition,
-            "hvd_openmpi_slurm": True}
+    out = {"hvd_scheduler": {"kind": sched.kind, "controller": sched.controller, "partition": sched.partition,
+                             **({"containers": sched.containers} if sched.containers else {})},
+           "hvd_slurm_controller": sched.controller, "hvd_slurm_partition": sched.partition,
+           "hvd_openmpi_slurm": True}
+    for name, source in (("enroot", sched.enroot), ("pyxis", sched.pyxis)):
+        prefix = "hvd_pyxis" if name == "pyxis" else "hvd_pyxis_enroot"
+        out.update({f"{prefix}_{key}": value for key, value in (source or {}).items()})
+    return out
 
 
 VAR_DOCS.update({
@@ -142,6 +147,11 @@ VAR_DOCS.update({
     "hvd_slurm_controller": "= hvd_scheduler.controller: the node that runs slurmctld (and srun/sbatch for `run`).",
     "hvd_slurm_partition": "= hvd_scheduler.partition: the partition every node is in.",
     "hvd_openmpi_slurm": "Open MPI built from source speaks Slurm's PMIx (--with-slurm, Debian's libpmix).",
+    "hvd_pyxis_enroot_url": "= scheduler.enroot.url: enroot's release tarball (hvd_pyxis builds it where\n"
+    "scheduler.containers is pyxis).",
+    "hvd_pyxis_enroot_sha256": "= scheduler.enroot.sha256: that tarball's sha256.",
+    "hvd_pyxis_url": "= scheduler.pyxis.url: pyxis's release tarball.",
+    "hvd_pyxis_sha256": "= scheduler.pyxis.sha256: that tarball's sha256.",
 })
 
 

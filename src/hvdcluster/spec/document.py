@@ -206,7 +206,10 @@ def _network(ctx: _Context, node: Node, field: str) -> NetworkSpec:
     )
 
 
-_SCHEDULER_KEYS = ("kind", "controller", "partition")
+_SCHEDULER_KEYS = ("kind", "controller", "partition", "containers", "enroot", "pyxis")
+# Container jobs: the releases hvd_pyxis builds, from a tarball only GitHub publishes (a mirror URL or a controller
+# path, without credentials: it is written into the inventory) and its sha256 (default: a `git archive` of the tag).
+_CONTAINER_SOURCE = _section({"url": _plain_tarball, "sha256": _sha256})
 DEFAULT_PARTITION = "hvd"
 # A Slurm partition name as hvdcluster writes it into slurm.conf (PartitionName=): a plain word; DEFAULT is Slurm's own
 # keyword for the defaults of every partition, not a partition.
@@ -215,8 +218,9 @@ _partition_name = _matching(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}",
 
 
 def _scheduler(ctx: _Context, node: Node, field: str, hosts: tuple[HostSpec, ...]) -> SchedulerSpec:
-    """``scheduler:`` - {kind: slurm, controller: NODE, partition: NAME}; the controller is a host of this file (default:
-    the first), the partition a plain name (default: hvd)."""
+    """``scheduler:`` - {kind: slurm, controller: NODE, partition: NAME, containers: pyxis, enroot: SOURCE, pyxis:
+    SOURCE}; the controller is a host of this file (default: the first), the partition a plain name (default: hvd);
+    container jobs need both releases' tarballs."""
     fields = _fields(ctx, node, field, _SCHEDULER_KEYS, required=("kind",))
     kind = _choice("slurm")(ctx, fields["kind"], _join(field, "kind"))
     names = [host.name for host in hosts]
@@ -230,7 +234,19 @@ def _scheduler(ctx: _Context, node: Node, field: str, hosts: tuple[HostSpec, ...
     if partition.lower() == "default":
         raise ctx.error(fields["partition"], _join(field, "partition"),
                         "DEFAULT is Slurm's keyword for every partition's defaults; name the partition (e.g. hvd)")
-    return SchedulerSpec(kind=kind, controller=controller, partition=partition)
+    containers = _get(ctx, fields, "containers", field, _choice("pyxis"), "")
+    sources = {name: _get(ctx, fields, name, field, _CONTAINER_SOURCE) for name in ("enroot", "pyxis")}
+    for name, source in sources.items():
+        if source is not None and not containers:
+            raise ctx.error(fields[name], _join(field, name),
+                            "only with scheduler.containers: pyxis (the release enroot and pyxis are built from)")
+        if containers and not (source or {}).get("url"):
+            raise ctx.error(fields.get(name) or node, _join(_join(field, name), "url"),
+                            f"{name} is published only on GitHub: give the release tarball as a mirror URL or a copy on "
+                            f"the controller (scheduler.{name}.url; scheduler.{name}.sha256 unless it is a `git "
+                            "archive` of the tag)")
+    return SchedulerSpec(kind=kind, controller=controller, partition=partition, containers=containers,
+                         enroot=sources["enroot"], pyxis=sources["pyxis"])
 
 
 @dataclass(frozen=True)

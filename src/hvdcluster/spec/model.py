@@ -91,6 +91,11 @@ class SchedulerSpec:
     kind: str  # "slurm"
     controller: str  # the host (its name in hosts.yaml) that runs slurmctld
     partition: str  # the partition every node is in, and jobs go to
+    # Container jobs (``containers: pyxis``): enroot and pyxis built by hvd_pyxis from these release tarballs
+    # ({url, sha256?}: a mirror URL or a controller path; sha256 defaults to the pinned `git archive` one).
+    containers: str = ""
+    enroot: dict[str, str] | None = None
+    pyxis: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
