@@ -201,23 +201,35 @@ def nccl_tests_state(root: str, deep: bool = False) -> dict:
 
 
 # What hvd_pyxis writes besides its tree: Slurm's plugstack (the drop-in folder included, pyxis named in it) and the
-# link that puts enroot on the PATH pyxis searches.
+# links that put enroot and its helpers (every program of <prefix>/bin) on the PATH pyxis and enroot search.
 PYXIS_FILES = ("/etc/slurm/plugstack.conf", "/etc/slurm/plugstack.conf.d/pyxis.conf")
-ENROOT_LINK = "/usr/local/bin/enroot"
+PYXIS_LINKS = "/usr/local/bin"
 
 
 def pyxis_state(root: str, deep: bool = False) -> dict:
     """enroot and pyxis where hvd_pyxis installed them: the tree (``pyxis.version``, ``pyxis.key``, ``pyxis.files``:
-    :func:`built_tree_state`), ``pyxis.config.<file>`` (d16 of Slurm's plugstack files) and ``pyxis.enroot`` (where
-    /usr/local/bin/enroot leads). Nothing on a node without its fact (no container jobs asked for)."""
+    :func:`built_tree_state`), ``pyxis.config.<file>`` (d16 of Slurm's plugstack files) and ``pyxis.links``: "ok",
+    or each program of <prefix>/bin whose /usr/local/bin link is missing or leads elsewhere. Nothing on a node
+    without its fact (no container jobs asked for)."""
     out = built_tree_state(root, "hvd_pyxis", PYXIS_MARKER, "pyxis", deep)
     if not out:
         return out
     for path in PYXIS_FILES:
         out[f"pyxis.config.{os.path.basename(path)}"] = file_d16(under(root, path))
-    link = under(root, ENROOT_LINK)
-    out["pyxis.enroot"] = os.readlink(link) if os.path.islink(link) else ("not a link" if os.path.lexists(link)
-                                                                          else ABSENT)
+    prefix = read_fact(root, "hvd_pyxis")["prefix"]
+    try:
+        tools = sorted(os.listdir(under(root, os.path.join(prefix, "bin"))))
+    except OSError:
+        tools = []
+    problems = []
+    for tool in tools:
+        link = under(root, os.path.join(PYXIS_LINKS, tool))
+        want = os.path.join(prefix, "bin", tool)
+        if not os.path.islink(link):
+            problems.append(("not a link" if os.path.lexists(link) else "missing", tool))
+        elif os.readlink(link) != want:
+            problems.append(("leads elsewhere", f"{tool} -> {os.readlink(link)}"))
+    out["pyxis.links"] = describe_problems(problems)
     return out
 
 

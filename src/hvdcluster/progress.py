@@ -204,10 +204,13 @@ LONG_STEPS = {
     "Install the packages, pinned to the asked version and CUDA build": "installing CUDA packages",
     "Check its sha256, unpack it beside the prefix, mark it with the build key, then swap it in": "unpacking the env",
     "Allreduce over every slot of every node": "proving the cluster (allreduce)",
+    "Compile enroot against glibc (a minute)": "building enroot",
+    "Compile pyxis against the node's Slurm headers": "building pyxis",
 }
 # hvd_fanout's look in the controller cache (an entry found valid: nothing built), and its entries' folders in words.
 CACHE_LOOK = "Verify the cached artifact (a corrupt or truncated one is removed and built again)"
-CACHED = {"envs": "the env", "horovod": "the Horovod wheel", "openmpi": "Open MPI", "nccl-tests": "nccl-tests"}
+CACHED = {"envs": "the env", "horovod": "the Horovod wheel", "openmpi": "Open MPI", "nccl-tests": "nccl-tests",
+          "pyxis": "enroot and pyxis"}
 HEARTBEAT = 30.0  # seconds a step runs before the console names it (and again every HEARTBEAT after)
 
 

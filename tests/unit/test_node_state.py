@@ -762,36 +762,42 @@ def test_a_removed_nccl_tests_prefix_reads_absent_where_its_fact_still_names_it(
 PYXIS = "/opt/hvd/pyxis"
 
 
-def test_pyxis_reads_its_tree_its_plugstack_files_and_the_enroot_link_where_its_fact_names_the_prefix(
+def test_pyxis_reads_its_tree_its_plugstack_files_and_its_links_where_its_fact_names_the_prefix(
         node: Path, tmp_path: Path) -> None:
-    """hvd_pyxis's tree as hvd_tree unpacks it, Slurm's plugstack files and /usr/local/bin/enroot: each drift named
-    (an edited plugstack, the link turned to another enroot, a removed plugin), nothing where the role never ran."""
+    """hvd_pyxis's tree as hvd_tree unpacks it, Slurm's plugstack files and the /usr/local/bin link of every program in
+    <prefix>/bin: each drift named (an edited plugstack, a link turned elsewhere, one removed, a removed plugin),
+    nothing where the role never ran."""
     from hvdcluster import drift
     from tests.unit.test_modules import UNPACK, make_archive
 
     assert not [key for key in look(node) if key.startswith("pyxis.")]
-    archive, digest = make_archive(tmp_path, {"bin/enroot": "#!/bin/bash\n", "lib/slurm/spank_pyxis.so": "\x7fELF"})
+    tools = ("enroot", "enroot-nsenter", "enroot-mount")
+    archive, digest = make_archive(tmp_path, {**{f"bin/{tool}": "#!/bin/bash\n" for tool in tools},
+                                              "lib/slurm/spank_pyxis.so": "\x7fELF"})
     prefix = node / PYXIS.lstrip("/")
     hvd_tree.unpack(str(archive), digest, str(prefix), marker_content="pxkey",
                     **{**UNPACK, "marker": hvd_state_stack.PYXIS_MARKER})
     write(node, "/etc/ansible/facts.d/hvd_pyxis.fact", json.dumps({"version": "0.24.0", "prefix": PYXIS}))
     write(node, "/etc/slurm/plugstack.conf", "include /etc/slurm/plugstack.conf.d/*.conf\n")
     write(node, "/etc/slurm/plugstack.conf.d/pyxis.conf", f"required {PYXIS}/lib/slurm/spank_pyxis.so\n")
-    (node / "usr/local/bin").mkdir(parents=True, exist_ok=True)
-    (node / "usr/local/bin/enroot").symlink_to(f"{PYXIS}/bin/enroot")
+    links = node / "usr/local/bin"
+    links.mkdir(parents=True, exist_ok=True)
+    for tool in tools:
+        (links / tool).symlink_to(f"{PYXIS}/bin/{tool}")
     state = {key: value for key, value in look(node).items() if key.startswith("pyxis.")}
     assert state.pop("pyxis.config.plugstack.conf") != state.pop("pyxis.config.pyxis.conf") != "absent"
-    assert state == {"pyxis.version": "0.24.0", "pyxis.key": "pxkey", "pyxis.files": "ok",
-                     "pyxis.enroot": f"{PYXIS}/bin/enroot"}
+    assert state == {"pyxis.version": "0.24.0", "pyxis.key": "pxkey", "pyxis.files": "ok", "pyxis.links": "ok"}
     before = look(node)["pyxis.config.pyxis.conf"]
     write(node, "/etc/slurm/plugstack.conf.d/pyxis.conf", "optional /tmp/evil.so\n")
-    (node / "usr/local/bin/enroot").unlink()
-    (node / "usr/local/bin/enroot").symlink_to("/tmp/enroot")
+    (links / "enroot").unlink()
+    (links / "enroot").symlink_to("/tmp/enroot")
+    (links / "enroot-mount").unlink()
     (prefix / "lib/slurm/spank_pyxis.so").unlink()
     after = look(node)
     assert after["pyxis.config.pyxis.conf"] != before
-    assert (after["pyxis.enroot"], after["pyxis.files"]) == ("/tmp/enroot", "missing: lib/slurm/spank_pyxis.so")
-    assert drift.owner("pyxis.files") == drift.owner("pyxis.config.pyxis.conf") == "hvd_pyxis"
+    assert after["pyxis.links"] == "missing: enroot-mount; leads elsewhere: enroot -> /tmp/enroot"
+    assert after["pyxis.files"] == "missing: lib/slurm/spank_pyxis.so"
+    assert drift.owner("pyxis.files") == drift.owner("pyxis.links") == "hvd_pyxis"
 
 
 # ------------------------------------------------------------------------------------------ as Ansible runs it
