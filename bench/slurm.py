@@ -43,9 +43,12 @@ def up(lab: Lab, *args: str) -> float:
     seconds = time.monotonic() - start
     if proc.returncode != 0:
         sys.exit(f"up {' '.join(args)} failed (rc {proc.returncode}):\n{proc.stderr[-4000:]}")
-    changed = sum(h["changed"] for h in json.loads(proc.stdout)["hosts"].values())
+    doc = json.loads(proc.stdout)
+    changed = sum(h["changed"] for h in doc.get("hosts", {}).values())
     if args == ("--full",) and changed:
         print(f"  (up --full changed {changed} tasks)")
+    if not args and doc.get("converged"):  # a no-op up that did not stay on the fast path: say why
+        print(f"  (up converged {', '.join(doc['converged'])}: {json.dumps(doc.get('fast_path'))[:600]})")
     return seconds
 
 
