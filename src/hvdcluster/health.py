@@ -234,7 +234,7 @@ def to_json(cluster: str, report: Mapping[str, Mapping[str, Any]], unreachable: 
 # <inventory>/state/health/<node>.json, {"quick": {...}, "full": {...}}, each {healthy, failed: [{item, found}], when,
 # by}. A quick read replaces "quick" only: a node named slow by `health --full` stays refused by `run` until a later
 # `--full` (or `up --accept`) over it passes. The records are the controller's own (0600, in a 0700 folder); the
-# texts in them came from the nodes and are printed only through progress.printable.
+# texts in them came from the nodes and are printed only through output.printable.
 
 RECORDS = "health"
 QUICK, FULL = "quick", "full"

@@ -51,7 +51,7 @@ from ansible_collections.hvd.cluster.plugins.module_utils.hvd_holder import hold
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_slurm import HEALTH_REASON, OURS  # noqa: F401
 
 from .inventory import Inventory
-from .progress import printable
+from .output import printable
 
 DIR = RUN_DIR
 JOB, ROLL = "job", "roll"

@@ -3,7 +3,7 @@
 A URL in hosts.yaml may carry a secret: a user and password (``https://user:pass@mirror/...``) or a token in its query
 (``...?token=...``). hvdcluster needs the URL itself only where the download happens, so:
 
-- whatever it prints (stdout and stderr pass :func:`redact_text` with :func:`hvdcluster.progress.printable`), the
+- whatever it prints (stdout and stderr pass :func:`redact_text` with :func:`hvdcluster.output.printable`), the
   inventory it writes, the records it keeps and the environment ansible-runner records with a run show the URL with
   its user information and every query value replaced by ``<redacted>``;
 - the Open MPI tarball's URL (``stack.mpi.url``) reaches the run through the environment variable

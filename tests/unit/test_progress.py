@@ -164,7 +164,7 @@ def test_node_supplied_text_reaches_the_terminal_without_control_characters() ->
 
 
 def test_printable_keeps_text_tabs_and_meaningful_newlines() -> None:
-    from hvdcluster.progress import printable
+    from hvdcluster.output import printable
 
     assert printable("café\tok\nnext") == "café\tok\nnext"
     assert printable("a\nb", newlines=False) == "a b"

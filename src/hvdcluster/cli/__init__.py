@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import HvdError
-from ..progress import guarded_output
+from ..output import guarded_output
 from .parser import build_parser
 
 

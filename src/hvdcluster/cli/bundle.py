@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .. import lock, paths, spec
 from ..errors import HvdError
-from ..progress import dump_json
+from ..output import dump_json
 from . import runs
 from .common import EXIT_FAILED, EXIT_OK, check_output, console_for, inventory_root, load_and_resolve, render
 

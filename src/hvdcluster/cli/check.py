@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from .. import lock
-from ..progress import dump_json, printable
+from ..output import dump_json, printable
 from .common import bastion_problem, read_only_start
 
 

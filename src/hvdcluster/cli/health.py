@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from .. import lock
 from ..errors import HvdError
-from ..progress import dump_json, printable
+from ..output import dump_json, printable
 from .common import bastion_problem, read_only_start
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from .. import compat, lock, spec
-from ..progress import dump_json
+from ..output import dump_json
 from .common import EXIT_OK, check_output, inventory_root, load_and_resolve, render
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import inventory, lock
 from ..errors import HvdError
-from ..progress import dump_json
+from ..output import dump_json
 from . import runs
 from .common import EXIT_FAILED, EXIT_OK, check_output, console_for, inventory_root, load_and_resolve, render
 

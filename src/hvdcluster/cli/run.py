@@ -42,7 +42,7 @@ def _health_gate(root: Path, hosts: list[str]) -> bool:
     """Refuse (True, the nodes and items named on stderr) when the last health recorded for a node of ``hosts``
     failed (health.refusals: <inventory>/state/health/, written by `health` and `up`'s health read)."""
     from .. import health
-    from ..progress import printable
+    from ..output import printable
 
     refused = health.refusals(root, hosts)
     if refused:

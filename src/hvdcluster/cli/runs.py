@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import inventory, lock, redact, spec
-from ..progress import Console, Tracker, dump_json, stack_context
+from ..output import dump_json
+from ..progress import Console, Tracker, stack_context
 from .common import (
     EXIT_FAILED,
     EXIT_OK,

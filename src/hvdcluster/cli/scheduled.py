@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .. import inventory, spec
 from ..errors import HvdError
-from ..progress import printable
+from ..output import printable
 from .common import EXIT_FAILED, EXIT_OK, existing_inventory
 
 # run's options that are horovodrun's, and what to write under Slurm instead.

@@ -10,7 +10,8 @@ import dataclasses
 
 from .. import lock
 from ..errors import HvdError
-from ..progress import dump_json, transfer_report
+from ..output import dump_json
+from ..progress import transfer_report
 from . import repair, rolling, runs
 from .common import EXIT_FAILED, EXIT_OK, check_output, console_for, inventory_root, load_and_resolve, render
 
