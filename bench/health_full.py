@@ -7,7 +7,7 @@
                events, judged, folded and printed as the command does. The nodes' side: the real module once, on
                this machine (every node runs its own at once). Best and median of REPEAT.
   bisection    how many nccl-tests runs `health --full` needs to name one slow node, a slow link between two pairs, or
-               a cause common to all, for N nodes (bandwidth.find_culprit on a simulated cluster; the whole run first).
+               a cause common to all, for N nodes (culprit.find_culprit on a simulated cluster; the whole run first).
   --containers `health --full` on 3 converged container nodes (a converge first: about 10 minutes here) with the
                stand-in all_reduce_perf of the container tests (tests/cluster/nccl_tests_standin.sh, printing outputs
                we wrote) under the cluster's real mpirun: a healthy run, then one slow on node3 (time, runs needed);
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
-from hvdcluster import bandwidth, health  # noqa: E402
+from hvdcluster import culprit, health  # noqa: E402
 
 HVDCLUSTER = str(Path(sys.executable).parent / "hvdcluster")
 FIXTURES = ROOT / "tests" / "unit" / "fixtures" / "gpu"
@@ -90,9 +90,9 @@ def bisection() -> None:
     print("bisection (runs after the whole run; rounds of concurrent runs):")
     for n in (3, 8, 16, 64, 256):
         nodes = [f"n{i}" for i in range(1, n + 1)]
-        worst = max((bandwidth.find_culprit(nodes, model(slow=(s,))) for s in nodes), key=lambda c: len(c["runs"]))
-        link = bandwidth.find_culprit(nodes, model(links=((nodes[0], nodes[-1]),)))
-        fabric = bandwidth.find_culprit(nodes, model(slow=tuple(nodes)))
+        worst = max((culprit.find_culprit(nodes, model(slow=(s,))) for s in nodes), key=lambda c: len(c["runs"]))
+        link = culprit.find_culprit(nodes, model(links=((nodes[0], nodes[-1]),)))
+        fabric = culprit.find_culprit(nodes, model(slow=tuple(nodes)))
         print(f"  {n:>3} nodes: one slow node {len(worst['runs']):>3} runs ({worst['rounds']} rounds), a slow link "
               f"{len(link['runs']):>3} ({link['rounds']}), every pair slow {len(fabric['runs']):>3}; all pairs would "
               f"be {n * (n - 1) // 2}")

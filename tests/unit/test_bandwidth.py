@@ -2,7 +2,7 @@
 
 - Floors: plugins/module_utils/hvd_bandwidth.py's run_floor per link kind (NVLink through NVSwitch, NVLink between two
   GPUs, NVLink without NVSwitch among more, PCIe, InfiniBand ports), each term with its source.
-- The bisection (bandwidth.find_culprit) on simulated measurements: which runs fail is decided by a model of the
+- The bisection (culprit.find_culprit) on simulated measurements: which runs fail is decided by a model of the
   cluster (slow nodes, slow links), never by a real GPU.
 - nccl-tests runs judged (bandwidth.Meter) on outputs we wrote in nccl-tests' documented format
   (tests/unit/fixtures/gpu, its README says what each stands for), returned by a stand-in for the SSH to the node.
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bandwidth, hvd_health, hvd_health_gpu, hvd_health_net
 
-from hvdcluster import bandwidth, cli, health, nodestate
+from hvdcluster import bandwidth, cli, culprit, health, nodestate
 from hvdcluster.cli import runs
 from tests.conftest import own_gpu_fixture
 from tests.unit.test_cli import SHARED, FakeRun, fake_launches, fake_leases, record_converged
@@ -154,7 +154,7 @@ EIGHT = [f"gpu{i:02d}" for i in range(1, 9)]
 @pytest.mark.parametrize("slow", EIGHT)
 def test_one_slow_node_among_eight_is_named_in_seven_runs_and_three_rounds(slow: str) -> None:
     judge, seen = model(slow=(slow,))
-    found = bandwidth.find_culprit(EIGHT, judge)
+    found = culprit.find_culprit(EIGHT, judge)
     assert (found["kind"], found["nodes"]) == ("node", [slow])
     assert len(found["runs"]) == 7 and found["rounds"] == 3 == len(seen)  # + the whole run: 8, against the 28 pairs
 
@@ -162,52 +162,52 @@ def test_one_slow_node_among_eight_is_named_in_seven_runs_and_three_rounds(slow:
 @pytest.mark.parametrize("peer", ["gpu01", "gpu06"])
 def test_a_node_slow_only_with_one_peer_is_the_link_to_that_peer_not_the_node(peer: str) -> None:
     judge, _ = model(links=(("gpu05", peer),))
-    found = bandwidth.find_culprit(EIGHT, judge)
+    found = culprit.find_culprit(EIGHT, judge)
     assert (found["kind"], sorted(found["nodes"])) == ("link", sorted(["gpu05", peer]))
 
 
 def test_a_slow_link_inside_a_pair_is_named_as_the_link_between_them() -> None:
     judge, _ = model(links=(("gpu03", "gpu04"),))
-    found = bandwidth.find_culprit(EIGHT, judge)
+    found = culprit.find_culprit(EIGHT, judge)
     assert (found["kind"], found["nodes"]) == ("link", ["gpu03", "gpu04"]) and len(found["runs"]) == 6
     assert "the link or path between gpu03 and gpu04" in found["why"]
 
 
 def test_a_slow_link_between_two_pairs_is_found_by_halves_in_at_most_eleven_runs() -> None:
     judge, _ = model(links=(("gpu02", "gpu05"),))
-    found = bandwidth.find_culprit(EIGHT, judge)
+    found = culprit.find_culprit(EIGHT, judge)
     assert (found["kind"], found["nodes"]) == ("link", ["gpu02", "gpu05"]) and len(found["runs"]) <= 11
 
 
 def test_two_slow_nodes_in_different_pairs_are_both_named() -> None:
     judge, _ = model(slow=("gpu01", "gpu03"))
-    found = bandwidth.find_culprit(EIGHT[:4], judge)
+    found = culprit.find_culprit(EIGHT[:4], judge)
     assert (found["kind"], found["nodes"]) == ("node", ["gpu01", "gpu03"])
 
 
 def test_every_pair_slow_is_the_fabric_not_a_node() -> None:
     judge, _ = model(slow=tuple(EIGHT))
-    found = bandwidth.find_culprit(EIGHT, judge)
+    found = culprit.find_culprit(EIGHT, judge)
     assert found["kind"] == "fabric" and found["nodes"] == EIGHT and len(found["runs"]) < 28
 
 
 def test_a_cause_only_at_scale_is_a_group_that_fails_together() -> None:
     judge, _ = model(scale=5)
-    found = bandwidth.find_culprit(EIGHT, judge)
+    found = culprit.find_culprit(EIGHT, judge)
     assert found["kind"] == "group" and len(found["nodes"]) >= 5
 
 
 @pytest.mark.parametrize("slow, runs", [("n1", 3), ("n2", 3), ("n3", 3)])
 def test_one_slow_node_of_three_is_named_in_three_runs_at_most(slow: str, runs: int) -> None:
     judge, _ = model(slow=(slow,))
-    found = bandwidth.find_culprit(["n1", "n2", "n3"], judge)
+    found = culprit.find_culprit(["n1", "n2", "n3"], judge)
     assert (found["kind"], found["nodes"], len(found["runs"])) == ("node", [slow], runs)
 
 
 def test_a_single_node_or_a_pair_is_named_without_running_anything() -> None:
     judge, seen = model(slow=("n1",))
-    assert bandwidth.find_culprit(["n1"], judge)["kind"] == "node"
-    assert bandwidth.find_culprit(["n1", "n2"], judge)["kind"] == "pair" and seen == []
+    assert culprit.find_culprit(["n1"], judge)["kind"] == "node"
+    assert culprit.find_culprit(["n1", "n2"], judge)["kind"] == "pair" and seen == []
 
 
 # ------------------------------------------------------------------------------------------ runs judged
