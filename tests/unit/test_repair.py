@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hvdcluster import drift
-from hvdcluster.cli.repair import plan, takes_fast_path
+from hvdcluster.repair import plan, takes_fast_path
 
 NAMES = ["gpu01", "gpu02", "gpu03"]
 STATE = {"os.release": "debian 12", "os.kernel": "6.1.0-18-amd64", "os.machine-id": "m" * 32, "cuda.version": "12.4",

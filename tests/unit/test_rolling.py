@@ -14,7 +14,7 @@ import pytest
 
 from hvdcluster import jobs, launch
 from hvdcluster.cli import main
-from hvdcluster.cli.rolling import batches
+from hvdcluster.repair import batches
 
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_holder import process
 
@@ -161,8 +161,8 @@ def test_a_roll_changes_only_what_the_fast_path_would_repair_and_skips_the_prefl
     no read (inputs changed, or --full) every node and every role; the pre-flight runs with the first batch only
     (its play looks at every node), never again."""
     from hvdcluster import drift
-    from hvdcluster.cli import repair
-    from hvdcluster.cli.rolling import scope
+    from hvdcluster import repair
+    from hvdcluster.repair import scope
 
     names = ["n1", "n2", "n3", "n4"]
     want = {n: {"pkg.openmpi-bin.hold": "held", "os.release": "debian 12"} for n in names}
@@ -183,8 +183,8 @@ def test_a_roll_after_a_change_of_variables_changes_every_node_from_the_first_ro
     """A package added to the env (inputs.change: from hvd_pyenv on): every node, in batches, each batch with the
     same roles (no pre-flight, no base); a node whose own drift needs an earlier role moves the start for all."""
     from hvdcluster import drift
-    from hvdcluster.cli import repair
-    from hvdcluster.cli.rolling import scope
+    from hvdcluster import repair
+    from hvdcluster.repair import scope
 
     names = ["n1", "n2", "n3"]
     want = {n: {"pkg.openmpi-bin.hold": "held", "env.lock": "l1"} for n in names}

@@ -13,80 +13,20 @@ the summary names what is where. The inputs are recorded as converged only when 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import inventory, lock
 from ..errors import HvdError
 from ..output import dump_json
+from ..repair import Scope, batch_size, batches, scope
 from . import runs
 from .common import EXIT_FAILED, EXIT_OK, check_output, console_for, inventory_root, load_and_resolve, render
-
-if TYPE_CHECKING:
-    from .repair import Repair
 
 # The rolling options and their defaults (the parser's too): given without --rolling, they are refused.
 DEFAULTS = {"batch": "1", "canary": None, "max_wait": 3600.0, "poll": 10.0}
 NOT_WITH_ROLLING = ("limit", "tags", "check", "diff")
-
-
-def batch_size(value: str, total: int) -> int:
-    """``--batch``: N nodes, or P% of ``total`` rounded up; at least 1."""
-    text = str(value).strip()
-    try:
-        if text.endswith("%"):
-            percent = float(text[:-1])
-            if not 0 < percent <= 100:
-                raise ValueError
-            return max(1, math.ceil(total * percent / 100))
-        count = int(text)
-        if count < 1:
-            raise ValueError
-        return count
-    except ValueError:
-        raise HvdError(f"--batch: {value!r}: give a number of nodes (1 or more) or a percentage (1% to 100%)") from None
-
-
-def batches(names: list[str], batch: str, canary: str | None = None) -> list[list[str]]:
-    """The order of a roll: the canary alone, then the other nodes in ``names``' order, ``batch`` at a time."""
-    size = batch_size(batch, len(names))
-    rest = [n for n in names if n != canary]
-    order = [[canary]] if canary else []
-    return order + [rest[i:i + size] for i in range(0, len(rest), size)]
-
-
-@dataclass(frozen=True)
-class Scope:
-    """What a roll changes: ``nodes`` (hosts.yaml's order), how (``tags``: None for all of site.yml, else the
-    fast path's roles; ``extravars``), and the nodes left as they are: ``in_sync`` (in their desired state: proven
-    with the first batch, never changed) and ``by_hand`` (what no role repairs: named, never changed)."""
-
-    nodes: list[str]
-    tags: str | None = None
-    extravars: dict[str, Any] = field(default_factory=dict)
-    in_sync: list[str] = field(default_factory=list)
-    by_hand: dict[str, list[str]] = field(default_factory=dict)
-
-    def batch_tags(self, number: int) -> str | None:
-        """The tags of batch ``number`` (1-based): the first of a whole-site.yml roll runs the pre-flight over every
-        node (its plays take hvd_nodes); the others skip it, it has already looked at them all."""
-        if self.tags is not None or number == 1:
-            return self.tags
-        from ..drift import ROLES
-
-        return ",".join([r for r in ROLES if r != "hvd_preflight"] + ["hvd_state"])
-
-
-def scope(names: list[str], todo: Repair | None) -> Scope:
-    """The roll's scope: every node and every role (``todo`` None: the inputs changed, a node has no record or could
-    not be read), or the drifted nodes some role repairs, with the roles the fast path of `up` would run."""
-    if todo is None:
-        return Scope(list(names))
-    extravars = {k: v for k, v in todo.extravars.items() if k != "hvd_targets"}  # each batch names its own
-    return Scope(list(todo.targets), todo.tags, extravars, list(todo.in_sync), dict(todo.by_hand))
 
 
 def check_arguments(args: argparse.Namespace, names: list[str]) -> None:
@@ -228,7 +168,7 @@ def _read_scope(root, names: list[str], console, changed=None) -> Scope:
     variables only (``changed``, inputs.change), every node with the roles from the earliest one that reads a changed
     variable. Every node and every role when the records cannot decide."""
     from .. import drift
-    from . import repair
+    from .. import repair
 
     looked = runs.drift_from_records(root, names)
     if looked is None:

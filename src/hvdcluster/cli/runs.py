@@ -12,6 +12,7 @@ from typing import Any
 from .. import inventory, lock, redact, spec
 from ..output import dump_json
 from ..progress import Console, Tracker, stack_context
+from ..repair import DEEP
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -27,9 +28,6 @@ from .common import (
 
 # up --verify: the post-flight's slow proofs even when nothing changed since they last passed.
 FULL_VERIFY = {"hvd_verify_allreduce": "always", "hvd_horovod_gate_always": True}
-# up --deep (or after a `check --deep` that found something): hvd_pyenv judges the env by every file's content, and the
-# read-back that closes the loop reads it so too.
-DEEP = {"hvd_pyenv_deep": True, "hvd_state_deep": True}
 # Every converge of up (and of each roll batch) ends with the quick health read, in the read-back's play (state.yml).
 HEALTH = {"hvd_state_health": True}
 

@@ -12,7 +12,8 @@ from .. import lock
 from ..errors import HvdError
 from ..output import dump_json
 from ..progress import transfer_report
-from . import repair, rolling, runs
+from .. import repair
+from . import rolling, runs
 from .common import EXIT_FAILED, EXIT_OK, check_output, console_for, inventory_root, load_and_resolve, render
 
 

@@ -5,16 +5,26 @@
 run the roles from the earliest one that owns any of their drifted items to the end of site.yml (a later role
 builds on the earlier ones), and the post-flight then proves the whole cluster. What no role repairs (the OS
 release, the kernel) is the operator's: named, never converged.
+
+`up --rolling` changes the same nodes (or every node, when the inputs changed) a batch at a time: :func:`batches` is
+its order (the canary alone, then ``--batch`` nodes at a time), :func:`scope` what it changes and how.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .errors import HvdError
+
+# up --deep (or after a `check --deep` that found something): hvd_pyenv judges the env by every file's content, and the
+# read-back that closes the loop reads it so too.
+DEEP = {"hvd_pyenv_deep": True, "hvd_state_deep": True}
+
 if TYPE_CHECKING:
-    from ..drift import Report
+    from .drift import Report
 
 # A drifted item that makes hvd_pyenv install the node's env again even where its files agree with the manifest:
 # the manifest itself was changed.
@@ -49,8 +59,6 @@ class Repair:
     def extravars(self) -> dict[str, Any]:
         """The repair run's extra variables: the roles' plays take only the targets (the post-flight takes every
         node), and hvd_pyenv reinstalls the envs whose manifest changed."""
-        from .runs import DEEP  # noqa: PLC0415 - runs imports this module
-
         return {"hvd_targets": ",".join(self.targets),
                 **({"hvd_pyenv_reinstall": self.reinstall_env} if self.reinstall_env else {}),
                 **(DEEP if self.deep else {})}
@@ -64,7 +72,7 @@ class Repair:
 def plan(report: Report, names: Sequence[str]) -> Repair:
     """What to converge for ``report`` (every node read, none unreachable, each with a record), for the nodes
     ``names`` in inventory order. No target: nothing to converge (in sync, or only what no role repairs)."""
-    from .. import drift  # as everywhere in the command: only a command that compares nodes loads it
+    from . import drift  # as everywhere in the command: only a command that compares nodes loads it
 
     targets = [n for n in names if n in report.drifted and report.repair_roles(n)]
     roles: list[str] = []
@@ -87,9 +95,68 @@ def after_change(report: Report, names: Sequence[str], first_role: str) -> Repai
     inputs.change) on a cluster whose nodes all have records: every node, with the roles from ``first_role`` or from
     the earliest role some node's drift needs, whichever comes first, to the end of site.yml. Its roles start with
     hvd_preflight where a node was reinstalled: every role, as a full converge."""
-    from .. import drift
+    from . import drift
 
     drifted = plan(report, names)
     first = min([drift.ROLES.index(first_role), *([drift.ROLES.index(drifted.roles[0])] if drifted.roles else [])])
     return Repair(in_sync=[], targets=list(names), repaired=drifted.repaired, by_hand=drifted.by_hand,
                   roles=drift.ROLES[first:], reinstalled=drifted.reinstalled, reinstall_env=drifted.reinstall_env)
+
+
+# ------------------------------------------------------------------------------------------ a roll's order and scope
+
+
+def batch_size(value: str, total: int) -> int:
+    """``--batch``: N nodes, or P% of ``total`` rounded up; at least 1."""
+    text = str(value).strip()
+    try:
+        if text.endswith("%"):
+            percent = float(text[:-1])
+            if not 0 < percent <= 100:
+                raise ValueError
+            return max(1, math.ceil(total * percent / 100))
+        count = int(text)
+        if count < 1:
+            raise ValueError
+        return count
+    except ValueError:
+        raise HvdError(f"--batch: {value!r}: give a number of nodes (1 or more) or a percentage (1% to 100%)") from None
+
+
+def batches(names: list[str], batch: str, canary: str | None = None) -> list[list[str]]:
+    """The order of a roll: the canary alone, then the other nodes in ``names``' order, ``batch`` at a time."""
+    size = batch_size(batch, len(names))
+    rest = [n for n in names if n != canary]
+    order = [[canary]] if canary else []
+    return order + [rest[i:i + size] for i in range(0, len(rest), size)]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a roll changes: ``nodes`` (hosts.yaml's order), how (``tags``: None for all of site.yml, else the
+    fast path's roles; ``extravars``), and the nodes left as they are: ``in_sync`` (in their desired state: proven
+    with the first batch, never changed) and ``by_hand`` (what no role repairs: named, never changed)."""
+
+    nodes: list[str]
+    tags: str | None = None
+    extravars: dict[str, Any] = field(default_factory=dict)
+    in_sync: list[str] = field(default_factory=list)
+    by_hand: dict[str, list[str]] = field(default_factory=dict)
+
+    def batch_tags(self, number: int) -> str | None:
+        """The tags of batch ``number`` (1-based): the first of a whole-site.yml roll runs the pre-flight over every
+        node (its plays take hvd_nodes); the others skip it, it has already looked at them all."""
+        if self.tags is not None or number == 1:
+            return self.tags
+        from .drift import ROLES
+
+        return ",".join([r for r in ROLES if r != "hvd_preflight"] + ["hvd_state"])
+
+
+def scope(names: list[str], todo: Repair | None) -> Scope:
+    """The roll's scope: every node and every role (``todo`` None: the inputs changed, a node has no record or could
+    not be read), or the drifted nodes some role repairs, with the roles the fast path of `up` would run."""
+    if todo is None:
+        return Scope(list(names))
+    extravars = {k: v for k, v in todo.extravars.items() if k != "hvd_targets"}  # each batch names its own
+    return Scope(list(todo.targets), todo.tags, extravars, list(todo.in_sync), dict(todo.by_hand))
