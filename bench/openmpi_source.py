@@ -31,7 +31,7 @@ from tests.lab import Lab, build_image, cpu_stack  # noqa: E402
 
 BUILD_TASKS = ("Configure (internal hwloc, libevent and PMIx, so nodes cannot disagree on them)",
                "Compile (several minutes)", "Install into the staging folder (the tree every node gets at the prefix)",
-               "Pack the installed tree")
+               "Pack the staged tree - Open MPI")
 
 
 def link_or_copy(src: str, dst: str) -> None:
