@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import ABSENT
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 
-# The roles in playbooks/site.yml order: `up` converges a drifted node from its earliest one onward.
+# The roles in playbooks/site.yml order: a repair runs the ones it needs in this order (repair.repair_roles).
 ROLES = [
     "hvd_preflight",
     "hvd_base",

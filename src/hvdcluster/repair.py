@@ -2,8 +2,8 @@
 
 `up` on a cluster converged before from the same inputs reads every node and holds it against its record
 (:func:`hvdcluster.drift.compare`). Nodes in sync are not converged again; the drifted nodes that some role repairs
-run the roles from the earliest one that owns any of their drifted items to the end of site.yml (a later role
-builds on the earlier ones), and the post-flight then proves the whole cluster. What no role repairs (the OS
+run the roles that own their drifted items and those built on them (:data:`BUILT_ON`), not every role after them,
+and the post-flight then proves the whole cluster. What no role repairs (the OS
 release, the kernel) is the operator's: named, never converged.
 
 `up --rolling` changes the same nodes (or every node, when the inputs changed) a batch at a time: :func:`batches` is
@@ -45,7 +45,7 @@ class Repair:
     targets: list[str]  # the drifted nodes some role repairs: the only nodes the roles' plays take (hvd_targets)
     repaired: dict[str, list[str]]  # target -> its drifted items a role repairs
     by_hand: dict[str, list[str]]  # node -> its drifted items no role repairs (the operator's)
-    roles: list[str]  # site.yml's roles from the earliest one any target needs to the end (hvd_verify); [] if none
+    roles: list[str]  # the owners, what is built on them and hvd_verify, in site.yml order (repair_roles); [] if none
     reinstalled: list[str]  # targets whose machine-id changed: every role runs on them, never a partial repair
     reinstall_env: list[str]  # targets whose env manifest is not the recorded one: hvd_pyenv installs the env again
     deep: bool = False  # read deep (up --deep, or a `check --deep` finding): hvd_pyenv and the read-back read so too
@@ -69,16 +69,48 @@ class Repair:
                 "read_seconds": round(read_seconds, 2), "deep": self.deep}
 
 
+# What a role's repair may change under later roles, which then run too: a component reinstalled may come back at
+# another version, and what was built or installed against it is judged again by its own key (Open MPI, CUDA, cuDNN
+# and NCCL under nccl-tests and Horovod's wheel; Slurm under pyxis), and an env installed again holds no Horovod. A
+# role not named here puts nothing on a node that a later role reads; the read-back that closes the loop names
+# anything a repair still left wrong.
+BUILT_ON = {
+    "hvd_cuda": ("hvd_nccl_tests", "hvd_horovod"),
+    "hvd_cudnn": ("hvd_horovod",),
+    "hvd_nccl": ("hvd_nccl_tests", "hvd_horovod"),
+    "hvd_openmpi": ("hvd_nccl_tests", "hvd_horovod"),
+    "hvd_slurm": ("hvd_pyxis",),
+    "hvd_pyenv": ("hvd_horovod",),
+}
+POST_FLIGHT = "hvd_verify"
+
+
+def repair_roles(owners: set[str]) -> list[str]:
+    """The roles of a repair, in site.yml's order: those that own a drifted item, those built on them (BUILT_ON,
+    transitively), then the post-flight, which proves the whole cluster after any repair; none without an owner. A
+    reinstalled node's owner is the pre-flight: every role, as a first converge."""
+    from . import drift
+
+    if not owners:
+        return []
+    if "hvd_preflight" in owners:
+        return list(drift.ROLES)
+    todo, seen = list(owners), set()
+    while todo:
+        role = todo.pop()
+        if role not in seen:
+            seen.add(role)
+            todo.extend(BUILT_ON.get(role, ()))
+    return [role for role in drift.ROLES if role in seen | {POST_FLIGHT}]
+
+
 def plan(report: Report, names: Sequence[str]) -> Repair:
     """What to converge for ``report`` (every node read, none unreachable, each with a record), for the nodes
     ``names`` in inventory order. No target: nothing to converge (in sync, or only what no role repairs)."""
     from . import drift  # as everywhere in the command: only a command that compares nodes loads it
 
     targets = [n for n in names if n in report.drifted and report.repair_roles(n)]
-    roles: list[str] = []
-    if targets:
-        first = min(drift.ROLES.index(report.first_role(n)) for n in targets)
-        roles = drift.ROLES[first:]
+    roles = repair_roles({role for n in targets for role in report.repair_roles(n)})
     return Repair(
         in_sync=[n for n in names if n not in report.drifted],
         targets=targets,

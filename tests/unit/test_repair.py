@@ -25,7 +25,7 @@ def test_a_cluster_in_sync_converges_nothing() -> None:
     assert todo.summary(0.1) == {"in_sync": NAMES, "repaired": {}, "by_hand": {}, "read_seconds": 0.1, "deep": False}
 
 
-def test_a_drifted_node_runs_the_role_that_owns_its_drift_and_every_role_after_it() -> None:
+def test_a_drifted_node_runs_the_role_that_owns_its_drift_and_the_post_flight() -> None:
     todo = plan(report(gpu02={"horovod.record": "x" * 16}), NAMES)
     assert todo.targets == ["gpu02"] and todo.in_sync == ["gpu01", "gpu03"]
     assert todo.roles == ["hvd_horovod", "hvd_verify"]
@@ -34,10 +34,11 @@ def test_a_drifted_node_runs_the_role_that_owns_its_drift_and_every_role_after_i
     assert todo.repaired == {"gpu02": ["horovod.record"]}
 
 
-def test_the_repair_starts_at_the_earliest_role_any_drifted_node_needs() -> None:
+def test_the_repair_runs_every_owner_any_drifted_node_needs_and_what_is_built_on_them() -> None:
     todo = plan(report(gpu03={"horovod.record": "x" * 16}, gpu01={"cuda.version": "12.5"}), NAMES)
     assert todo.targets == ["gpu01", "gpu03"]  # inventory order, not the order the drifts were found in
-    assert todo.roles == drift.ROLES[drift.ROLES.index("hvd_cuda"):]
+    # CUDA's owner, what is built on CUDA (nccl-tests, Horovod's wheel), the post-flight: not every role after CUDA
+    assert todo.roles == ["hvd_cuda", "hvd_nccl_tests", "hvd_horovod", "hvd_verify"]
     assert todo.extravars == {"hvd_targets": "gpu01,gpu03"}
 
 
@@ -81,5 +82,30 @@ def test_a_removed_nccl_tests_binary_runs_hvd_nccl_tests_and_the_roles_after_it(
     found = {n: {**STATE, **item} for n in NAMES}
     found["gpu02"]["nccl_tests.files"] = "missing: bin/all_reduce_perf"
     todo = plan(drift.compare({n: {**STATE, **item} for n in NAMES}, found, [], order=NAMES), NAMES)
-    assert todo.targets == ["gpu02"] and todo.roles == drift.ROLES[drift.ROLES.index("hvd_nccl_tests"):]
+    assert todo.targets == ["gpu02"] and todo.roles == ["hvd_nccl_tests", "hvd_verify"]
     assert todo.roles[0] == "hvd_nccl_tests" and todo.repaired == {"gpu02": ["nccl_tests.files"]}
+
+
+@pytest.mark.parametrize(("owners", "roles"), [
+    ({"hvd_base"}, ["hvd_base", "hvd_verify"]),  # /etc/hosts, the CA bundle: nothing later reads them back
+    ({"hvd_ssh_mesh", "hvd_base"}, ["hvd_base", "hvd_ssh_mesh", "hvd_verify"]),
+    ({"hvd_pyenv"}, ["hvd_pyenv", "hvd_horovod", "hvd_verify"]),  # an env installed again holds no Horovod
+    ({"hvd_openmpi"}, ["hvd_openmpi", "hvd_nccl_tests", "hvd_horovod", "hvd_verify"]),
+    ({"hvd_slurm"}, ["hvd_slurm", "hvd_pyxis", "hvd_verify"]),
+    ({"hvd_nccl"}, ["hvd_nccl", "hvd_nccl_tests", "hvd_horovod", "hvd_verify"]),
+    ({"hvd_verify"}, ["hvd_verify"]),
+    ({"hvd_preflight", "hvd_horovod"}, list(drift.ROLES)),  # a reinstalled node: every role
+    (set(), []),
+])
+def test_a_repair_runs_the_owners_what_is_built_on_them_and_the_post_flight_in_site_order(owners, roles) -> None:
+    from hvdcluster.repair import repair_roles
+
+    assert repair_roles(owners) == roles
+
+
+def test_every_role_built_on_another_comes_after_it_in_site_yml() -> None:
+    """A role that must run after a repair of another is later in site.yml (a repair runs in its order)."""
+    from hvdcluster.repair import BUILT_ON
+
+    for role, later in BUILT_ON.items():
+        assert all(drift.ROLES.index(role) < drift.ROLES.index(other) for other in later), (role, later)
