@@ -70,11 +70,13 @@ class Repair:
 
 
 # What a role's repair may change under later roles, which then run too: a component reinstalled may come back at
-# another version, and what was built or installed against it is judged again by its own key (Open MPI, CUDA, cuDNN
-# and NCCL under nccl-tests and Horovod's wheel; Slurm under pyxis), and an env installed again holds no Horovod. A
+# another version, and what was built or installed against it is judged again by its own key (the driver, Open MPI,
+# CUDA, cuDNN and NCCL under nccl-tests and Horovod's wheel; Slurm under pyxis), and an env installed again holds no Horovod. A
 # role not named here puts nothing on a node that a later role reads; the read-back that closes the loop names
 # anything a repair still left wrong.
 BUILT_ON = {
+    # the GPUs' compute capabilities the driver's fact records: what nccl-tests and Horovod compile device code for
+    "hvd_nvidia_driver": ("hvd_nccl_tests", "hvd_horovod"),
     "hvd_cuda": ("hvd_nccl_tests", "hvd_horovod"),
     "hvd_cudnn": ("hvd_horovod",),
     "hvd_nccl": ("hvd_nccl_tests", "hvd_horovod"),

@@ -93,6 +93,7 @@ def test_a_removed_nccl_tests_binary_runs_hvd_nccl_tests_and_the_roles_after_it(
     ({"hvd_openmpi"}, ["hvd_openmpi", "hvd_nccl_tests", "hvd_horovod", "hvd_verify"]),
     ({"hvd_slurm"}, ["hvd_slurm", "hvd_pyxis", "hvd_verify"]),
     ({"hvd_nccl"}, ["hvd_nccl", "hvd_nccl_tests", "hvd_horovod", "hvd_verify"]),
+    ({"hvd_nvidia_driver"}, ["hvd_nvidia_driver", "hvd_nccl_tests", "hvd_horovod", "hvd_verify"]),
     ({"hvd_verify"}, ["hvd_verify"]),
     ({"hvd_preflight", "hvd_horovod"}, list(drift.ROLES)),  # a reinstalled node: every role
     (set(), []),
