@@ -172,14 +172,19 @@ NCCL_TESTS_MARKER = ".hvd-nccl-tests-key"
 PYXIS_MARKER = ".hvd-pyxis-key"
 
 
-def built_tree_state(root: str, fact_name: str, marker: str, item: str, deep: bool = False) -> dict:
-    """Where a role recorded a tree it built once and unpacked at a prefix (its fact names the prefix):
-    ``<item>.version`` (the fact's), ``<item>.key`` (the build key in the prefix) and ``<item>.files``: "ok", or each
-    file of the prefix's manifest that is missing or changed, judged as hvd_tree judges it (size and modification
-    time; ``deep``: sha256). Nothing on a node without the fact (the role is not asked for there)."""
-    fact = read_fact(root, fact_name) or {}
+def tree_prefix(fact: dict) -> str | None:
+    """The absolute prefix a built tree's fact names; None without one (the role is not asked for on the node)."""
     where = fact.get("prefix")
-    if not isinstance(where, str) or not where.startswith("/"):
+    return where if isinstance(where, str) and where.startswith("/") else None
+
+
+def built_tree_state(root: str, fact: dict, marker: str, item: str, deep: bool = False) -> dict:
+    """Where a role recorded a tree it built once and unpacked at a prefix (``fact``, its local fact, names the
+    prefix): ``<item>.version`` (the fact's), ``<item>.key`` (the build key in the prefix) and ``<item>.files``: "ok",
+    or each file of the prefix's manifest that is missing or changed, judged as hvd_tree judges it (size and
+    modification time; ``deep``: sha256). Nothing where the fact names no prefix (the role is not asked for there)."""
+    where = tree_prefix(fact)
+    if where is None:
         return {}
     prefix = under(root, where)
     key = read_text(os.path.join(prefix, marker))
@@ -197,7 +202,7 @@ def built_tree_state(root: str, fact_name: str, marker: str, item: str, deep: bo
 def nccl_tests_state(root: str, deep: bool = False) -> dict:
     """nccl-tests where hvd_nccl_tests installed it (``nccl_tests.*``: :func:`built_tree_state`); nothing on a node
     without its fact (a CPU stack, a stack that asks for no nccl-tests)."""
-    return built_tree_state(root, "hvd_nccl_tests", NCCL_TESTS_MARKER, "nccl_tests", deep)
+    return built_tree_state(root, read_fact(root, "hvd_nccl_tests") or {}, NCCL_TESTS_MARKER, "nccl_tests", deep)
 
 
 # What hvd_pyxis writes besides its tree: Slurm's plugstack (the drop-in folder included, pyxis named in it) and the
@@ -211,12 +216,13 @@ def pyxis_state(root: str, deep: bool = False) -> dict:
     :func:`built_tree_state`), ``pyxis.config.<file>`` (d16 of Slurm's plugstack files) and ``pyxis.links``: "ok",
     or each program of <prefix>/bin whose /usr/local/bin link is missing or leads elsewhere. Nothing on a node
     without its fact (no container jobs asked for)."""
-    out = built_tree_state(root, "hvd_pyxis", PYXIS_MARKER, "pyxis", deep)
-    if not out:
-        return out
+    fact = read_fact(root, "hvd_pyxis") or {}
+    prefix = tree_prefix(fact)
+    if prefix is None:
+        return {}
+    out = built_tree_state(root, fact, PYXIS_MARKER, "pyxis", deep)
     for path in PYXIS_FILES:
         out[f"pyxis.config.{os.path.basename(path)}"] = file_d16(under(root, path))
-    prefix = read_fact(root, "hvd_pyxis")["prefix"]
     try:
         tools = sorted(os.listdir(under(root, os.path.join(prefix, "bin"))))
     except OSError:
