@@ -32,7 +32,7 @@ from typing import Any
 from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bandwidth, hvd_fabric, hvd_health, hvd_health_gpu
 
 from .culprit import find_culprit
-from .drift import fold
+from .output import fold
 from .errors import HvdError
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .drift import fold
+from .output import fold
 
 
 def find_culprit(nodes: list[str], judge_round: Callable[[list[tuple[str, ...]]], list[bool]]) -> dict[str, Any]:

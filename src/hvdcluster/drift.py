@@ -3,9 +3,9 @@
 A node's *state* is the flat dict the state module reads on it (item key -> str/int/bool, e.g.
 ``env.lock``, ``pkg.libnccl2``, ``profile.hvd-cuda.sh``). After a successful converge the controller keeps
 each node's state as its *desired* state. :func:`compare` holds every node against its own record and
-against its peers, :func:`render` / :func:`to_json` report the result with identical nodes grouped under
-one folded node set (``gpu[01-16]: in sync``), and :func:`gate` is ``run``'s launch check: the things every
-rank must share are the same on every node.
+against its peers, :func:`confirm` reads a converge's result back, and :func:`gate` is ``run``'s launch check: the
+things every rank must share are the same on every node. :mod:`hvdcluster.drift_text` says what they found, with
+identical nodes grouped under one folded node set (``gpu[01-16]: in sync``).
 
 Plain functions over plain data: no Ansible, no terminal.
 """
@@ -19,7 +19,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 # ABSENT: a key one side lacks, as the state readers write it.
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import ABSENT
-from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
+
+from .output import show
 
 # The roles in playbooks/site.yml order: a repair runs the ones it needs in this order (repair.repair_roles).
 ROLES = [
@@ -71,8 +72,6 @@ NOTICE_ITEMS = {"mesh.other_keys": "keys in the login user's authorized_keys bey
 GATE_ITEMS = ("env.lock", "env.key", "horovod.version", "horovod.record", "horovod.key", "mpi.version",
               "nccl.version", "nccl.header")
 GATE_PREFIXES = ("env.dist.", "env.conda.")
-
-VALUE_WIDTH = 60
 
 # Package name prefixes -> role, first match wins (so nvidia-cuda-toolkit is CUDA's, not the driver's,
 # and cuda-drivers is the driver's, not CUDA's).
@@ -160,7 +159,7 @@ def _is_gate_item(item: str) -> bool:
     return item in GATE_ITEMS or item.startswith(GATE_PREFIXES)
 
 
-def _canon(value: Any) -> str:
+def canon(value: Any) -> str:
     """A comparable, hashable form: ``1`` and ``"1"`` and ``True`` stay different."""
     return json.dumps(value, sort_keys=True)
 
@@ -172,10 +171,10 @@ def _get(state: Mapping[str, Any], item: str) -> Any:
 def _majority(states: Sequence[Mapping[str, Any]], item: str) -> Any:
     """The value most of ``states`` share for ``item``; a tie goes to the earliest state holding it."""
     values = [_get(s, item) for s in states]
-    counts = Counter(_canon(v) for v in values)
+    counts = Counter(canon(v) for v in values)
     best = max(counts.values())
     for value in values:  # first in order among the most common
-        if counts[_canon(value)] == best:
+        if counts[canon(value)] == best:
             return value
     raise ValueError("no states")  # pragma: no cover - callers pass at least one
 
@@ -191,7 +190,7 @@ class Difference:
 
     def key(self) -> tuple[str, str, str, str, str]:
         """What makes two nodes' differences the same difference (the node aside)."""
-        return (self.item, _canon(self.expected), _canon(self.found), self.role, self.note)
+        return (self.item, canon(self.expected), canon(self.found), self.role, self.note)
 
 
 @dataclass
@@ -238,20 +237,7 @@ def notices(found: Mapping[str, Mapping[str, Any] | None]) -> dict[str, dict[str
     return out
 
 
-def render_notices(notes: Mapping[str, Mapping[str, Any]], order: Sequence[str] | None = None) -> str:
-    """The notices as text: nodes with the same one folded on one line, its value's lines under it."""
-    groups: dict[tuple[str, str], tuple[list[str], Any]] = {}
-    for node in _order(order, notes):
-        for item, value in sorted((notes.get(node) or {}).items()):
-            groups.setdefault((item, _canon(value)), ([], value))[0].append(node)
-    lines = []
-    for (item, _), (nodes, value) in groups.items():
-        lines.append(f"{fold(nodes)}: notice: {item}: {NOTICE_ITEMS.get(item, item)} (not a drift):")
-        lines.extend(f"    {_show(line, LINE_WIDTH)}" for line in str(value).split("\n"))
-    return "\n".join(lines) + ("\n" if lines else "")
-
-
-def _order(order: Iterable[str] | None, *groups: Iterable[str]) -> list[str]:
+def in_order(order: Iterable[str] | None, *groups: Iterable[str]) -> list[str]:
     seen: dict[str, None] = {}
     for name in order or ():
         seen.setdefault(name, None)
@@ -308,7 +294,7 @@ def compare(
       its peers say.
     """
     unreachable = list(unreachable)
-    nodes = _order(order, desired, found, unreachable)
+    nodes = in_order(order, desired, found, unreachable)
     desired, found = _without_notices(desired), _without_notices(found)
     report = Report(nodes=nodes)
     down = set(unreachable) | {n for n in nodes if found.get(n) is None}
@@ -332,9 +318,9 @@ def compare(
         if record is not None:
             for item in sorted(set(record) | set(now)):
                 want, have = _get(record, item), _get(now, item)
-                if _canon(want) != _canon(have):
+                if canon(want) != canon(have):
                     diffs.append(Difference(node, item, want, have, owner(item)))
-                elif item in peer_value and _canon(peer_value[item]) != _canon(have):
+                elif item in peer_value and canon(peer_value[item]) != canon(have):
                     diffs.append(Difference(node, item, peer_value[item], have, owner(item), PEERS_NOTE))
         else:
             report.unrecorded.append(node)
@@ -345,7 +331,7 @@ def compare(
                 items = {k for s in peers for k in s} | set(now)  # type: ignore[union-attr]
                 for item in sorted(i for i in items if not _is_per_node(i)):
                     want, have = _majority(peers, item), _get(now, item)  # type: ignore[arg-type]
-                    if _canon(want) != _canon(have):
+                    if canon(want) != canon(have):
                         diffs.append(Difference(node, item, want, have, owner(item), NO_RECORD_NOTE))
         diffs += [d for d in self_evident(node, now) if not any(seen.item == d.item for seen in diffs)]
         if diffs:
@@ -392,119 +378,6 @@ def confirm(
     return report  # compare held every node to SELF_EVIDENT too
 
 
-def unrepaired_lines(report: Report) -> list[str]:
-    """One line per node and item that still differs: what was expected and found, and which role failed to repair
-    it (or that no role repairs it)."""
-    lines = []
-    for node in report.nodes:
-        for d in sorted(report.drifted.get(node, []), key=lambda d: d.item):
-            why = f"{d.role} did not repair it" if d.role else UNREPAIRABLE
-            lines.append(f"{node}: {d.item}: {_what_differs(d)} ({why})")
-    return lines
-
-
-def fold(nodes: Iterable[str]) -> str:
-    """``gpu01 .. gpu16`` -> ``gpu[01-16]``, the way ``clush -b`` writes node sets."""
-    names = list(nodes)
-    try:
-        return str(NodeSet.fromlist(names, resolver=RESOLVER_NOGROUP))
-    except NodeSetException:  # a name NodeSet cannot parse: list them as they are
-        return ",".join(names)
-
-
-def _show(value: Any, width: int = VALUE_WIDTH) -> str:
-    if isinstance(value, bool):
-        text = "true" if value else "false"
-    elif isinstance(value, str):
-        text = value if value else '""'
-    else:
-        text = json.dumps(value)
-    text = " ".join(text.split())  # one line
-    if len(text) > width:  # keep both ends: digests differ anywhere, paths at the end
-        head = (width - 3) * 2 // 3
-        text = text[:head] + "..." + text[-(width - 3 - head):]
-    return text
-
-
-# Managed blocks the state module reads as text (plugins/module_utils/hvd_state_mesh.block_text): a difference names the lines.
-BLOCK_ITEMS = ("base.hosts", "mesh.ssh_config")
-# Items read as lines of text, "<file>: <line>" or ssh's "<option> <value>", where "absent" is no line at all
-# (plugins/module_utils/hvd_state_mesh.launch_state): a difference names the file and the line, shown this wide.
-LINE_PREFIXES = ("launch.",)
-LINE_WIDTH = 100
-
-
-def _what_differs(d: Difference) -> str:
-    """"expected X, found Y"; for a managed block or launch item read as text, only the lines that differ."""
-    texts = isinstance(d.expected, str) and isinstance(d.found, str)
-    lines = texts and d.item.startswith(LINE_PREFIXES)
-    if lines or (texts and d.item in BLOCK_ITEMS and ABSENT not in (d.expected, d.found)):
-        want, have = ([] if lines and text == ABSENT else text.split("\n") for text in (d.expected, d.found))
-        width = LINE_WIDTH if lines else VALUE_WIDTH
-        parts = ([f"line expected {_show(line, width)}" for line in want if line not in have]
-                 + [f"line found {_show(line, width)}" for line in have if line not in want])
-        if parts:
-            return ", ".join(parts)
-    return f"expected {_show(d.expected)}, found {_show(d.found)}"
-
-
-def _line(d: Difference) -> str:
-    repair = f"repair: {d.role}" if d.role else "repair: by hand"
-    if d.note:
-        repair = f"{d.note}; {repair}"
-    return f"  {d.item}: {_what_differs(d)} ({repair})"
-
-
-def _blocks(report: Report) -> list[tuple[list[str], list[Difference]]]:
-    """Drifted nodes grouped by identical difference sets, in order of their first node."""
-    groups: dict[tuple, tuple[list[str], list[Difference]]] = {}
-    for node in report.nodes:
-        diffs = report.drifted.get(node)
-        if not diffs:
-            continue
-        diffs = sorted(diffs, key=lambda d: (d.item, d.note))
-        key = tuple(d.key() for d in diffs)
-        groups.setdefault(key, ([], diffs))[0].append(node)
-    return list(groups.values())
-
-
-def render(report: Report) -> str:
-    """The drift report as text: in-sync nodes folded on one line, one block per distinct difference set."""
-    lines: list[str] = []
-    if report.in_sync:
-        lines.append(f"{fold(report.in_sync)}: in sync")
-    for nodes, diffs in _blocks(report):
-        first = report.first_role(nodes[0])
-        how = f"repair from {first}" if first else "repair by hand"
-        lines.append(f"{fold(nodes)}: drifted ({how})")
-        lines.extend(_line(d) for d in diffs)
-    if report.unreachable:
-        lines.append(f"unreachable: {fold(report.unreachable)}")
-    return "\n".join(lines) + ("\n" if lines else "")
-
-
-def exit_code(report: Report) -> int:
-    """0: every node in sync; 1: a node drifted or could not be read."""
-    return 1 if report.drifted or report.unreachable else 0
-
-
-def to_json(report: Report) -> dict[str, Any]:
-    """The report for ``--json``."""
-    return {
-        "in_sync": list(report.in_sync),
-        "drifted": {
-            node: [
-                {"item": d.item, "expected": d.expected, "found": d.found, "role": d.role, "note": d.note}
-                for d in sorted(report.drifted[node], key=lambda d: (d.item, d.note))
-            ]
-            for node in report.nodes
-            if node in report.drifted
-        },
-        "unreachable": list(report.unreachable),
-        "exit": exit_code(report),
-    }
-
-
 def gate(found: Mapping[str, Mapping[str, Any] | None], order: Sequence[str] | None = None) -> list[str]:
     """``run``'s launch gate: what every rank shares (env, Horovod build, MPI, NCCL) must be identical, and no
     node may hold a :data:`SELF_EVIDENT` item that is wrong.
@@ -512,10 +385,10 @@ def gate(found: Mapping[str, Mapping[str, Any] | None], order: Sequence[str] | N
     One message per odd node and item, naming the node, the item, its value and the others' (majority's)
     value; a node whose state could not be read is a message too. Empty: launch.
     """
-    nodes = _order(order, found)
+    nodes = in_order(order, found)
     messages = [f"{n}: no state could be read from it" for n in nodes if found.get(n) is None]
     states = [(n, found[n]) for n in nodes if found.get(n) is not None]
-    messages += [f"{d.node}: {d.item} is {_show(d.found)} ({SELF_EVIDENT_NOTE}: expected {_show(d.expected)})"
+    messages += [f"{d.node}: {d.item} is {show(d.found)} ({SELF_EVIDENT_NOTE}: expected {show(d.expected)})"
                  for n, state in states for d in self_evident(n, state)  # type: ignore[arg-type]
                  if not d.item.startswith(NOT_GATED)]
     if len(states) < 2:
@@ -525,6 +398,6 @@ def gate(found: Mapping[str, Mapping[str, Any] | None], order: Sequence[str] | N
     for node, state in states:
         for item in items:
             have = _get(state, item)  # type: ignore[arg-type]
-            if _canon(have) != _canon(majority[item]):
-                messages.append(f"{node}: {item} is {_show(have)}, the other nodes have {_show(majority[item])}")
+            if canon(have) != canon(majority[item]):
+                messages.append(f"{node}: {item} is {show(have)}, the other nodes have {show(majority[item])}")
     return messages

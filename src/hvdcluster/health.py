@@ -22,7 +22,7 @@ from typing import Any
 from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bandwidth, hvd_fabric, hvd_health, hvd_health_gpu
 
 from . import nodestate
-from .drift import fold
+from .output import fold
 
 HEALTH_TASK = nodestate.HEALTH_TASK  # health.yml's task, and state.yml's when `up` reads health in its loop
 FAIL, WARN = hvd_health.FAIL, hvd_health.WARN

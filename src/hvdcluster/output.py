@@ -9,10 +9,15 @@ import io
 import json
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
+
 from .redact import redact_text
+
+# How wide one value is shown on a line of a report (show).
+VALUE_WIDTH = 60
 
 
 # What a terminal would act on rather than show: ESC sequences (CSI with its parameters, OSC/DCS/APC/PM/SOS strings up
@@ -88,3 +93,28 @@ def guarded_output() -> Iterator[None]:
 def dump_json(stream: IO[str], document: dict[str, Any]) -> None:
     json.dump(document, stream, indent=2, sort_keys=False)
     stream.write("\n")
+
+
+def fold(nodes: Iterable[str]) -> str:
+    """``gpu01 .. gpu16`` -> ``gpu[01-16]``, the way ``clush -b`` writes node sets."""
+    names = list(nodes)
+    try:
+        return str(NodeSet.fromlist(names, resolver=RESOLVER_NOGROUP))
+    except NodeSetException:  # a name NodeSet cannot parse: list them as they are
+        return ",".join(names)
+
+
+def show(value: Any, width: int = VALUE_WIDTH) -> str:
+    """``value`` on one line, at most ``width`` wide: both ends kept where it is longer (digests differ anywhere, paths
+    at the end)."""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, str):
+        text = value if value else '""'
+    else:
+        text = json.dumps(value)
+    text = " ".join(text.split())  # one line
+    if len(text) > width:  # keep both ends: digests differ anywhere, paths at the end
+        head = (width - 3) * 2 // 3
+        text = text[:head] + "..." + text[-(width - 3 - head):]
+    return text

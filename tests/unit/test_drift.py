@@ -6,8 +6,10 @@ import json
 
 import pytest
 
-from hvdcluster import drift
-from hvdcluster.drift import compare, exit_code, gate, owner, render, to_json
+from hvdcluster import drift, drift_text
+from hvdcluster.drift import compare, gate, owner
+from hvdcluster.drift_text import exit_code, render, to_json
+from hvdcluster.output import show
 
 DIGEST = "3f" * 32
 
@@ -356,7 +358,7 @@ def test_a_repair_that_left_the_drift_is_named_with_the_role_that_failed():
     after["node2"]["env.dist.extra-pkg"] = "1.0 abc"
     report = drift.confirm(desired, after, converged=["node2"], records_current=True, order=NODES3)
     assert report.in_sync == ["node1", "node3"] and list(report.drifted) == ["node2"]
-    assert drift.unrepaired_lines(report) == [
+    assert drift_text.unrepaired_lines(report) == [
         'node2: env.dist.extra-pkg: expected absent, found 1.0 abc (hvd_pyenv did not repair it)']
 
 
@@ -376,7 +378,7 @@ def test_after_changed_inputs_nodes_are_held_against_their_peers_not_their_old_r
     assert drift.confirm(desired, after, converged=NODES3, records_current=False).drifted == {}
     after["node3"]["os.release"] = "debian 13"  # what no role changes, odd among the peers
     report = drift.confirm(desired, after, converged=NODES3, records_current=False, order=NODES3)
-    assert drift.unrepaired_lines(report) == [
+    assert drift_text.unrepaired_lines(report) == [
         "node3: os.release: expected debian 12, found debian 13 (no role repairs it)"]
 
 
@@ -386,7 +388,7 @@ def test_an_env_holding_anything_added_is_never_accepted_even_when_every_node_ha
         report = drift.confirm(nodes(NODES3, **{"env.files": "added: sitecustomize.py"}), after, converged=NODES3,
                                records_current=current, order=NODES3)
         assert list(report.drifted) == NODES3
-        assert drift.unrepaired_lines(report)[0] == (
+        assert drift_text.unrepaired_lines(report)[0] == (
             "node1: env.files: expected ok, found added: sitecustomize.py (hvd_pyenv did not repair it)")
 
 
@@ -397,7 +399,7 @@ def test_a_next_boot_kernel_without_nvidia_modules_is_drift_and_never_accepted()
     found["node2"]["driver.next_boot"] = broken
     report = compare(desired, found, order=NODES3)
     assert report.in_sync == ["node1", "node3"] and report.first_role("node2") == "hvd_nvidia_driver"
-    assert f"  driver.next_boot: expected ok, found {drift._show(broken)} (repair: hvd_nvidia_driver)" in render(report)
+    assert f"  driver.next_boot: expected ok, found {show(broken)} (repair: hvd_nvidia_driver)" in render(report)
     after = nodes(NODES3, **{"driver.next_boot": broken})  # every node alike: still not as it must be
     for current in (True, False):
         report = drift.confirm(desired, after, converged=NODES3, records_current=current, order=NODES3)
@@ -416,7 +418,7 @@ def test_a_self_evident_item_is_judged_on_a_node_without_a_record_and_alone_by_c
     report = compare({"node1": None}, found, order=["node1"])
     assert exit_code(report) == 1 and [d.item for d in report.drifted["node1"]] == [item], report
     assert report.drifted["node1"][0].role == owner(item) and report.drifted["node1"][0].note == drift.SELF_EVIDENT_NOTE
-    assert gate(found) == [f"node1: {item} is {drift._show(wrong)} ({drift.SELF_EVIDENT_NOTE}: expected ok)"]
+    assert gate(found) == [f"node1: {item} is {show(wrong)} ({drift.SELF_EVIDENT_NOTE}: expected ok)"]
     # recorded nodes that all agree on the wrong value: still wrong, each of them
     three = nodes(NODES3, **{item: wrong})
     assert list(compare(three, three, order=NODES3).drifted) == NODES3
@@ -487,7 +489,7 @@ def test_what_a_rank_inherits_is_named_by_file_and_line_and_repaired_by_hand():
     assert "  launch.ld: line found /etc/ld.so.preload: /opt/x/libhook.so (repair: by hand)" in text
     assert "  launch.ssh.node3: line expected port 22, line found port 2222 (repair: by hand)" in text
     assert any(line.startswith("node2: launch.env: line found /etc/environment: PYTHONPATH=/srv/planted")
-               and line.endswith("(no role repairs it)") for line in drift.unrepaired_lines(report))
+               and line.endswith("(no role repairs it)") for line in drift_text.unrepaired_lines(report))
 
 
 def test_a_launch_item_a_converged_node_recorded_oddly_is_named_against_its_peers():
@@ -515,7 +517,7 @@ def test_keys_beyond_the_clusters_are_a_notice_never_a_drift():
     notes = drift.notices(found)
     assert notes == {"node1": {"mesh.other_keys": controller},
                      "node2": {"mesh.other_keys": found["node2"]["mesh.other_keys"]}}
-    text = drift.render_notices(notes, NODES3)
+    text = drift_text.render_notices(notes, NODES3)
     assert text.splitlines() == [
         "node1: notice: mesh.other_keys: keys in the login user's authorized_keys beyond the cluster's (not a drift):",
         f"    {controller}",

@@ -12,7 +12,7 @@ from .common import bastion_problem, read_only_start
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Compare every node with the desired state and with its peers; read-only (check mode, no sudo)."""
-    from .. import drift, nodestate
+    from .. import drift, drift_text, nodestate
 
     cluster, root, names = read_only_start(args)
     with lock.hold(root, "check"):
@@ -26,7 +26,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     bastion = bastion_problem(cluster, root) if reading.unreachable else ""
     notes = drift.notices({n: reading.found.get(n) for n in scope})  # named, never a drift: the exit code ignores them
     if args.json:
-        doc = drift.to_json(report)
+        doc = drift_text.to_json(report)
         doc["notices"] = notes
         doc.update({"cluster": cluster.cluster, "inventory": str(root), "log": reading.log,
                     "seconds": round(reading.seconds, 2), "why_unreachable": reading.unreachable})
@@ -34,12 +34,12 @@ def cmd_check(args: argparse.Namespace) -> int:
             doc["bastion"] = bastion
         dump_json(sys.stdout, doc)
     else:
-        print(printable(drift.render(report)))  # node-supplied text: no control sequence reaches the terminal
+        print(printable(drift_text.render(report)))  # node-supplied text: no control sequence reaches the terminal
         if notes:
-            print(printable(drift.render_notices(notes, scope)), end="")
+            print(printable(drift_text.render_notices(notes, scope)), end="")
         for node, why in reading.unreachable.items():
             print(printable(f"  {node}: {why}"))
         if bastion:
             print(f"  nodes unreachable: {bastion}")
         print(f"(read {len(reading.found)} of {len(scope)} nodes in {reading.seconds:.1f} s; log: {reading.log})")
-    return drift.exit_code(report)
+    return drift_text.exit_code(report)

@@ -167,14 +167,14 @@ def _read_scope(root, names: list[str], console, changed=None) -> Scope:
     (runs.drift_from_records): from the same inputs, the drifted nodes and the roles they need; after a change of
     variables only (``changed``, inputs.change), every node with the roles from the earliest one that reads a changed
     variable. Every node and every role when the records cannot decide."""
-    from .. import drift
+    from .. import drift_text
     from .. import repair
 
     looked = runs.drift_from_records(root, names)
     if looked is None:
         return scope(names, None)  # a node without a record, or unreachable: the roll names the node it cannot reach
     report = looked[2]
-    console.write(f"  {drift.render(report)}" if not report.drifted else drift.render(report))
+    console.write(f"  {drift_text.render(report)}" if not report.drifted else drift_text.render(report))
     if changed is None:
         return scope(names, repair.plan(report, names))
     todo = repair.after_change(report, names, changed.first_role)

@@ -96,7 +96,7 @@ def close_loop(root: Path, cluster: spec.ClusterSpec, tracker: Tracker, events: 
     marked not repaired. ``among``: only these nodes are held (and against each other, when the inputs changed): a
     roll's nodes done so far, not the ones still on their old state. Returns one line per node and item that still
     differs."""
-    from .. import drift, nodestate
+    from .. import drift, drift_text, nodestate
 
     found, _ = nodestate.collect(events)
     names = [h.name for h in cluster.hosts]
@@ -108,7 +108,7 @@ def close_loop(root: Path, cluster: spec.ClusterSpec, tracker: Tracker, events: 
             tracker.hosts[node].unrepaired = True
         else:
             nodestate.record(root, node, found[node])
-    return drift.unrepaired_lines(report)
+    return drift_text.unrepaired_lines(report)
 
 
 def health_tail(root: Path, readings: dict[str, dict], nodes: list[str], throughput: dict, by: str,

@@ -22,7 +22,7 @@ def _fast_path(args: argparse.Namespace) -> int | None:
     sync are not converged again; a drifted node runs the roles that own its drifted items and those after them;
     then the post-flight proves the whole cluster again. None: converge fully instead (no record of some node,
     inputs changed since the last full converge, a node unreachable, or a drift no role repairs)."""
-    from .. import drift, inputs, nodestate
+    from .. import drift, drift_text, inputs, nodestate
     from ..runner import check_environment
 
     check_environment()
@@ -52,7 +52,7 @@ def _fast_path(args: argparse.Namespace) -> int | None:
         todo = dataclasses.replace(repair.plan(report, names), deep=deep)
         fast = todo.summary(reading.seconds)
         if not report.drifted:
-            console.write(f"  {drift.render(report)}")
+            console.write(f"  {drift_text.render(report)}")
             console.write(f"every node is in its desired state (read in {reading.seconds:.1f} s): nothing to converge")
             # read in the same play as the state
             ready = runs.health_tail(root, reading.health, names, {}, "up", reading.health_seconds)
@@ -67,12 +67,12 @@ def _fast_path(args: argparse.Namespace) -> int | None:
                                        "transfers": transfer_report([]), "fast_path": fast,
                                        "converged": [], "not_repaired": [], "health": ready})
             return rc
-        console.write(drift.render(report))
+        console.write(drift_text.render(report))
         for node in todo.reinstalled:
             console.write(f"  {node}: reinstalled since its last converge ({drift.REINSTALLED} changed): the "
                           "pre-flight and every role run on it, never a partial repair")
         if not todo.targets:  # only what no role repairs: nothing to converge, and not in sync either
-            unrepairable = drift.unrepaired_lines(report)
+            unrepairable = drift_text.unrepaired_lines(report)
             for line in unrepairable:
                 console.write(f"not repaired: {line}")
             if args.json:
