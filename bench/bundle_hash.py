@@ -32,9 +32,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from hvdcluster import bundle  # noqa: E402
+from hvdcluster import bundle  # noqa: E402  (first: it puts the collection on the import path)
 
-LIB = bundle.manifest_lib()
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bundle as LIB  # noqa: E402
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bundle_cache as CACHE  # noqa: E402
 MIB = 2**20
 # (folder, number of files, total MiB): the CPU bundle's figures (bench/README.md, bundle_figures.py)
 SHAPE = [("apt", 221, 142.3), ("pypi", 31, 14.4)]
@@ -136,7 +137,7 @@ def main() -> None:
             if pages == "dropped":
                 drop_pages(cache)
             timed("module: ready() (pypi/, wheelhouse/, the cache's copies)", total,
-                  lambda: LIB.ready(str(folder), manifest, str(cache)))
+                  lambda: CACHE.ready(str(folder), manifest, str(cache)))
             timed("strays: unlisted files and symlinks (a walk, no file read)", 0,
                   lambda: LIB.strays(str(folder), manifest))
             timed("before: names and sizes only (missing())", 0, lambda: LIB.missing(str(folder), manifest))

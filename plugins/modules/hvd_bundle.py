@@ -68,12 +68,11 @@ from ansible_collections.hvd.cluster.plugins.module_utils.hvd_bundle import (
     MANIFEST,
     YAML_IMPORT_ERROR,
     BundleError,
-    apt_digest,
     authenticate,
     parse,
     read_manifest,
-    ready,
 )
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_bundle_cache import apt_digest, ready
 
 
 def main() -> None:

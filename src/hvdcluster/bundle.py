@@ -18,10 +18,9 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from types import ModuleType
 from typing import Any, BinaryIO
 
-from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bundle
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bundle, hvd_bundle_cache
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import walk_tree
 
 from .errors import HvdError
@@ -32,16 +31,10 @@ WHEELHOUSE_PATTERNS = (".whl", ".tar.gz", ".zip")  # what hvd_pyenv offers from 
 MARKER = hvd_bundle.MARKER
 
 
-def manifest_lib() -> ModuleType:
-    """plugins/module_utils/hvd_bundle.py: the manifest's reader, shared with the hvd_bundle module."""
-    return hvd_bundle
-
-
 def load(folder: str | os.PathLike[str]) -> dict:
-    lib = manifest_lib()
     try:
-        return lib.load(str(folder))
-    except lib.BundleError as exc:
+        return hvd_bundle.load(str(folder))
+    except hvd_bundle.BundleError as exc:
         raise HvdError(str(exc)) from None
 
 
@@ -66,22 +59,21 @@ def check_trusted(folder: str | os.PathLike[str], *, sha256: str | None, signers
     must have its sha256. Exit 2 naming the files the manifest does not list, else the first file that differs and
     the role that needs it. With ``cache_dir``, what the controller cache lacks is written there from that same read,
     once every file passed."""
-    lib = manifest_lib()
     folder = str(folder)
     if not sha256 and not signers:
-        raise HvdError(f"bundle: {Path(folder) / lib.MANIFEST} is not pinned: set network.bundle_sha256 in {hosts} to "
+        raise HvdError(f"bundle: {Path(folder) / hvd_bundle.MANIFEST} is not pinned: set network.bundle_sha256 in {hosts} to "
                        "the manifest sha256 `hvdcluster bundle` printed where it was made, or network.bundle_signers "
                        "to an OpenSSH allowed-signers file for a bundle made with --sign KEY")
     try:
-        data = lib.read_manifest(folder)
-        lib.authenticate(folder, data, sha256, signers)
-        manifest = lib.parse(data, os.path.join(folder, lib.MANIFEST))
+        data = hvd_bundle.read_manifest(folder)
+        hvd_bundle.authenticate(folder, data, sha256, signers)
+        manifest = hvd_bundle.parse(data, os.path.join(folder, hvd_bundle.MANIFEST))
         before = _CHECKED.get(folder)
         known = {rel: found for rel, found in before[2].items() if found[1][-1] < before[1] - _RACY_NS} if (
             before and before[0] == manifest["sha256"]) else None
         began = time.time_ns()
-        checked = lib.check(folder, manifest, str(cache_dir) if cache_dir else None, known)
-    except lib.BundleError as exc:
+        checked = hvd_bundle_cache.check(folder, manifest, str(cache_dir) if cache_dir else None, known)
+    except hvd_bundle.BundleError as exc:
         raise HvdError(f"bundle: {exc}") from None
     except OSError as exc:
         raise HvdError(f"bundle: {folder}: {exc}") from None
@@ -103,22 +95,22 @@ def verify(folder: str | os.PathLike[str]) -> list[str]:
     """Every file's sha256 against the manifest, and what the folder holds that the manifest does not list (a file,
     a symlink anywhere): the rules of `up --bundle`'s check, every problem named."""
     manifest = load(folder)
-    return manifest_lib().verify(str(folder), manifest)
+    return hvd_bundle.verify(str(folder), manifest)
 
 
 def _sha256(path: Path) -> str:
-    return manifest_lib().sha256_of(str(path))
+    return hvd_bundle.sha256_of(str(path))
 
 
 def held(folder: Path) -> dict[str, str]:
     """What the bundle folder already holds, as its manifest says, where the file is there with that sha256."""
     try:
-        manifest = manifest_lib().load(str(folder))
-    except manifest_lib().BundleError:
+        manifest = hvd_bundle.load(str(folder))
+    except hvd_bundle.BundleError:
         return {}
     have = {}
     for entry in manifest["entries"]:
-        path = Path(manifest_lib().inside(str(folder), entry["path"]))
+        path = Path(hvd_bundle.inside(str(folder), entry["path"]))
         if path.is_file() and path.stat().st_size == entry["size"] and _sha256(path) == entry["sha256"]:
             have[entry["path"]] = entry["sha256"]
     return have
@@ -129,35 +121,33 @@ def earlier_listing(dest: Path) -> set[str]:
     anything is written. A folder that is not empty and holds no manifest (nor the marker of a run cut short) is
     refused: it is not a bundle. So is a DIR that is a symlink or holds one anywhere below it (found with lstat, none
     followed): a write or a removal through it would land outside the folder."""
-    lib = manifest_lib()
     if dest.is_symlink():
         raise HvdError(f"bundle DIR {dest}: a symlink; name the folder itself (nothing was changed)")
     if dest.exists() and not dest.is_dir():
         raise HvdError(f"bundle DIR {dest}: a file; name the bundle folder")
     links = [rel for rel, info in walk_tree(str(dest)) if not stat.S_ISREG(info.st_mode)] if dest.is_dir() else []
     if links:
-        names = ", ".join(lib.shown(rel) for rel in links[:lib.SHOWN])
-        more = f" (and {len(links) - lib.SHOWN} more)" if len(links) > lib.SHOWN else ""
+        names = ", ".join(hvd_bundle.shown(rel) for rel in links[:hvd_bundle.SHOWN])
+        more = f" (and {len(links) - hvd_bundle.SHOWN} more)" if len(links) > hvd_bundle.SHOWN else ""
         raise HvdError(f"bundle DIR {dest}: holds a symlink or something else that is no plain file: {names}{more}; "
                        "a bundle folder holds plain files only: remove them (nothing was changed)")
-    if not (dest / lib.MANIFEST).exists():
+    if not (dest / hvd_bundle.MANIFEST).exists():
         if dest.is_dir() and any(dest.iterdir()) and not (dest / MARKER).is_file():
-            raise HvdError(f"bundle DIR {dest}: not empty and holds no {lib.MANIFEST}: not a bundle folder; name an "
+            raise HvdError(f"bundle DIR {dest}: not empty and holds no {hvd_bundle.MANIFEST}: not a bundle folder; name an "
                            "empty or new folder, or an earlier bundle (nothing was changed)")
         return set()
     try:
-        return {entry["path"] for entry in lib.load(str(dest))["entries"]}
-    except lib.BundleError as exc:
+        return {entry["path"] for entry in hvd_bundle.load(str(dest))["entries"]}
+    except hvd_bundle.BundleError as exc:
         raise HvdError(f"bundle DIR: {exc}; name another folder (nothing was changed)") from None
 
 
 def sign(dest: Path, key: str) -> Path:
     """``bundle --sign KEY``: OpenSSH's own signature of manifest.yaml (``ssh-keygen -Y sign``), manifest.yaml.sig."""
-    lib = manifest_lib()
-    manifest, signature = dest / lib.MANIFEST, dest / lib.SIGNATURE
+    manifest, signature = dest / hvd_bundle.MANIFEST, dest / hvd_bundle.SIGNATURE
     signature.unlink(missing_ok=True)  # ssh-keygen would ask before replacing it (and exit 0 when told no)
     try:  # a passphrase is asked on the terminal, not on standard input
-        proc = subprocess.run(["ssh-keygen", "-Y", "sign", "-f", key, "-n", lib.NAMESPACE, str(manifest)],
+        proc = subprocess.run(["ssh-keygen", "-Y", "sign", "-f", key, "-n", hvd_bundle.NAMESPACE, str(manifest)],
                               stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
     except OSError as exc:
         raise HvdError(f"--sign: cannot run ssh-keygen: {exc}") from None
@@ -176,7 +166,7 @@ def _write_new(target: Path, source: BinaryIO, sha256: str | None = None) -> str
     try:
         digest = hashlib.sha256()
         with os.fdopen(handle, "wb") as out:
-            for block in iter(lambda: source.read(manifest_lib().BLOCK), b""):
+            for block in iter(lambda: source.read(hvd_bundle.BLOCK), b""):
                 digest.update(block)
                 out.write(block)
         if sha256 is None or digest.hexdigest() == sha256:
@@ -191,13 +181,12 @@ def _write_new(target: Path, source: BinaryIO, sha256: str | None = None) -> str
 def _target(dest: Path, rel: str) -> Path:
     """dest/rel for a file this command writes into the bundle folder: ``rel`` a manifest path (hvd_bundle.path_problem)
     whose join lies below ``dest`` (commonpath), checked before anything is written."""
-    lib = manifest_lib()
-    problem = lib.path_problem(rel)
+    problem = hvd_bundle.path_problem(rel)
     if problem:
         raise HvdError(f"bundle: {dest}: {rel!r} {problem}; nothing was written there")
     try:
-        return Path(lib.inside(str(dest), rel))
-    except lib.BundleError as exc:
+        return Path(hvd_bundle.inside(str(dest), rel))
+    except hvd_bundle.BundleError as exc:
         raise HvdError(f"bundle: {exc}") from None
 
 
@@ -383,7 +372,7 @@ def unpack_incoming(dest: Path) -> list[str]:
         for member in tar.getmembers():
             parts = member.name.split("/")
             if (not member.isfile() or len(parts) != 2 or parts[0] not in ("apt", "pypi") or parts[1].startswith(".")
-                    or manifest_lib().path_problem(member.name)):
+                    or hvd_bundle.path_problem(member.name)):
                 raise HvdError(f"bundle: {incoming}: unexpected member {member.name!r}; nothing was unpacked")
         for member in tar.getmembers():
             with tar.extractfile(member) as src:
@@ -399,7 +388,6 @@ def finish(dest: Path, collected: dict[str, Any], extra: list[dict[str, Any]], r
     and this one does not (nothing else is ever removed: a plain file below ``dest``, reached through no symlink),
     write the manifest last (an unchanged one is kept as it was: the same sha256, its signature still valid), then
     remove the marker of a run under way."""
-    lib = manifest_lib()
     entries = []
     for item in collected.get("files") or []:
         path = _target(dest, item["path"])
@@ -413,17 +401,17 @@ def finish(dest: Path, collected: dict[str, Any], extra: list[dict[str, Any]], r
         _target(dest, rel).unlink()
     made = {"by": "hvdcluster bundle", "resolver": resolver, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "keys": collected.get("keys") or {}}
-    data = lib.dump(entries, made).encode("utf-8")
+    data = hvd_bundle.dump(entries, made).encode("utf-8")
     try:  # a bundle that did not change keeps its manifest (and so its pin and its signature)
-        previous = (dest / lib.MANIFEST).read_bytes()
-        at = lib.parse(previous, str(dest / lib.MANIFEST))["made"]["at"]
-        if lib.dump(entries, {**made, "at": at}).encode("utf-8") == previous:
+        previous = (dest / hvd_bundle.MANIFEST).read_bytes()
+        at = hvd_bundle.parse(previous, str(dest / hvd_bundle.MANIFEST))["made"]["at"]
+        if hvd_bundle.dump(entries, {**made, "at": at}).encode("utf-8") == previous:
             data = previous
-    except (OSError, lib.BundleError, KeyError, TypeError):
+    except (OSError, hvd_bundle.BundleError, KeyError, TypeError):
         pass
-    if not (dest / lib.MANIFEST).is_file() or data != (dest / lib.MANIFEST).read_bytes():
-        (dest / lib.SIGNATURE).unlink(missing_ok=True)  # it signed the manifest this one replaces
-        _write_new(dest / lib.MANIFEST, io.BytesIO(data))
+    if not (dest / hvd_bundle.MANIFEST).is_file() or data != (dest / hvd_bundle.MANIFEST).read_bytes():
+        (dest / hvd_bundle.SIGNATURE).unlink(missing_ok=True)  # it signed the manifest this one replaces
+        _write_new(dest / hvd_bundle.MANIFEST, io.BytesIO(data))
     (dest / MARKER).unlink(missing_ok=True)  # a bundle with its manifest: the manifest says it is one
     sizes: dict[str, int] = {}
     for entry in entries:

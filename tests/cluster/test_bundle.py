@@ -317,9 +317,9 @@ def test_an_env_rebuilt_offline_installs_the_bundles_locked_files_with_no_index(
                                                                                  tmp_path: Path) -> None:
     """A bundle without the packed env, an empty controller cache, and node1's env damaged: node1 must build the env
     again, from the bundle's wheelhouse and pypi/ only (pip --no-index, every file by its locked sha256)."""
-    from hvdcluster.bundle import manifest_lib, sign
+    from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bundle as lib
+    from hvdcluster.bundle import sign
 
-    lib = manifest_lib()
     copy = tmp_path / "no-env"
     subprocess.run(["cp", "-al", str(made["dir"]), str(copy)], check=True)
     manifest = lib.load(str(copy))

@@ -152,12 +152,11 @@ def test_the_bundle_less_its_packed_env_converges_a_node_with_no_route_out_from_
     """`bundle` gathers the lock's packages into conda/ (an indexed channel). The packed env is taken out of the
     bundle (its manifest written again and pinned), so a bare node on an --internal network, with an empty controller
     cache, must solve and install the env again from that channel alone, and pip from the bundle's pypi/."""
-    from hvdcluster.bundle import manifest_lib
+    from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bundle as lib
 
     out = lab.workdir / "bundle"
     made = converged("bundle", "hosts.yaml", str(out), "--json")
     assert made.returncode == 0, (made.stdout + made.stderr)[-6000:]
-    lib = manifest_lib()
     manifest = lib.load(str(out))
     channel = sorted(e["path"] for e in manifest["entries"] if e["path"].startswith("conda/"))
     names = sorted(re.sub(r"-[^-]+-[^-]+\.conda$", "", p.rsplit("/", 1)[1]) for p in channel if p.endswith(".conda"))

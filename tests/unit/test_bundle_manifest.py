@@ -16,7 +16,9 @@ from hvdcluster import bundle, cli, inventory, spec
 from hvdcluster.cli.common import with_bundle
 from hvdcluster.errors import HvdError
 
-LIB = bundle.manifest_lib()
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bundle as LIB
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bundle_cache as CACHE
+
 
 
 def make_bundle(folder: Path, files: dict[str, bytes]) -> Path:
@@ -165,30 +167,30 @@ def test_a_symlinked_folder_in_the_bundle_is_refused_by_name_and_nothing_is_writ
 def test_the_apt_archive_is_the_same_bytes_for_the_same_bundle(tmp_path: Path) -> None:
     one = make_bundle(tmp_path / "one", FILES)
     two = make_bundle(tmp_path / "two", FILES)
-    a, a_sha, made = LIB.apt_archive(str(one), LIB.load(str(one)), str(tmp_path / "cache1"))
-    b, b_sha, _ = LIB.apt_archive(str(two), LIB.load(str(two)), str(tmp_path / "cache2"))
+    a, a_sha, made = CACHE.apt_archive(str(one), LIB.load(str(one)), str(tmp_path / "cache1"))
+    b, b_sha, _ = CACHE.apt_archive(str(two), LIB.load(str(two)), str(tmp_path / "cache2"))
     assert made and a_sha == b_sha == hashlib.sha256(Path(a).read_bytes()).hexdigest()
     assert Path(a).read_bytes() == Path(b).read_bytes()
     with tarfile.open(a) as tar:  # the repository only, flat, owned by root
         assert sorted(tar.getnames()) == ["Packages", "rsync_3.2.7_amd64.deb", "zstd_1.5.4_amd64.deb"]
         assert {m.uid for m in tar.getmembers()} == {0}
-    again = LIB.apt_archive(str(one), LIB.load(str(one)), str(tmp_path / "cache1"))
+    again = CACHE.apt_archive(str(one), LIB.load(str(one)), str(tmp_path / "cache1"))
     assert again == (a, a_sha, False)  # made once
 
 
 def test_the_apt_archive_refuses_a_package_that_differs_from_the_manifest(folder: Path, tmp_path: Path) -> None:
     (folder / "apt" / "rsync_3.2.7_amd64.deb").write_bytes(b"X" * len(FILES["apt/rsync_3.2.7_amd64.deb"]))
     with pytest.raises(LIB.BundleError, match=r"rsync_3.2.7_amd64.deb: sha256 [0-9a-f]{64}, the manifest says"):
-        LIB.apt_archive(str(folder), LIB.load(str(folder)), str(tmp_path / "cache"))
+        CACHE.apt_archive(str(folder), LIB.load(str(folder)), str(tmp_path / "cache"))
     assert not list((tmp_path / "cache" / "bundles").glob("*.tar"))
 
 
 def test_the_cache_entries_are_seeded_once(folder: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    copied = LIB.seed_cache(str(folder), LIB.load(str(folder)), str(cache))
+    copied = CACHE.seed_cache(str(folder), LIB.load(str(folder)), str(cache))
     assert copied == [str(cache / "envs" / "env-0123456789abcdef.tar.zst")]
     assert (cache / "envs" / "env-0123456789abcdef.tar.zst").read_bytes() == b"env archive"
-    assert LIB.seed_cache(str(folder), LIB.load(str(folder)), str(cache)) == []
+    assert CACHE.seed_cache(str(folder), LIB.load(str(folder)), str(cache)) == []
 
 
 def test_unpacking_the_resolver_files_refuses_a_member_outside_the_bundle(tmp_path: Path) -> None:

@@ -19,7 +19,9 @@ import pytest
 from hvdcluster import bundle, cli
 from tests.unit.test_bundle_manifest import make_bundle
 
-LIB = bundle.manifest_lib()
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bundle as LIB
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bundle_cache as CACHE
+
 ENV = "cache/envs/env-0123456789abcdef.tar.zst"
 WHEEL = "cache/horovod/0123456789abcdef/horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
 
@@ -142,16 +144,16 @@ def test_a_pinned_bundle_is_checked_and_fills_what_the_controller_cache_lacks(fo
     assert (cache / "envs" / "env-0123456789abcdef.tar.zst.sha256").read_bytes() == FILES[ENV + ".sha256"]
     assert (cache / WHEEL.removeprefix("cache/")).read_bytes() == WHEEL_DATA
     manifest = LIB.load(str(folder))
-    archive = Path(LIB.archive_path(manifest, str(cache)))
+    archive = Path(CACHE.archive_path(manifest, str(cache)))
     # the archive written from the check's own read is the one the module would make: same bytes
     other = tmp_path / "other-cache"
-    made, sha, _ = LIB.apt_archive(str(folder), manifest, str(other))
+    made, sha, _ = CACHE.apt_archive(str(folder), manifest, str(other))
     assert archive.read_bytes() == Path(made).read_bytes() and digest(archive) == sha
     for name, data in before.items():  # what was there is untouched
         assert snapshot(cache)[name] == data
     # hvd_base's module then copies nothing: it hashes the controller cache's copies and finds them right
-    assert LIB.seed_cache(str(folder), manifest, str(cache)) == []
-    assert LIB.apt_archive(str(folder), manifest, str(cache)) == (str(archive), sha, False)
+    assert CACHE.seed_cache(str(folder), manifest, str(cache)) == []
+    assert CACHE.apt_archive(str(folder), manifest, str(cache)) == (str(archive), sha, False)
 
 
 def test_a_signed_bundle_is_accepted_from_a_listed_signer(folder: Path, cache: Path, tmp_path: Path) -> None:
@@ -245,7 +247,7 @@ def test_a_poisoned_env_archive_with_its_sha256_file_regenerated_is_refused_and_
     assert snapshot(cache) == before  # not one file written, not even the apt archive checked before it
     # hvd_base's module, run by hand on the same bundle, refuses it too and leaves the cache as it was
     with pytest.raises(LIB.BundleError, match=f"{ENV}: sha256 "):
-        LIB.seed_cache(str(folder), LIB.load(str(folder)), str(cache))
+        CACHE.seed_cache(str(folder), LIB.load(str(folder)), str(cache))
     assert snapshot(cache) == before
 
 
@@ -259,42 +261,42 @@ def test_a_flipped_byte_in_a_package_is_refused_before_anything_is_packed(folder
     assert "zstd_1.5.4_amd64.deb: sha256 " in err and "(needed by hvd_base" in err, err
     assert snapshot(cache) == before
     with pytest.raises(LIB.BundleError, match="zstd_1.5.4_amd64.deb: sha256 "):
-        LIB.apt_archive(str(folder), LIB.load(str(folder)), str(cache))
+        CACHE.apt_archive(str(folder), LIB.load(str(folder)), str(cache))
     assert snapshot(cache) == before
 
 
 def test_a_cache_entry_is_hashed_again_when_read_never_trusted_by_its_sha256_file(folder: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     manifest = LIB.load(str(folder))
-    assert sorted(LIB.seed_cache(str(folder), manifest, str(cache))) == sorted(
+    assert sorted(CACHE.seed_cache(str(folder), manifest, str(cache))) == sorted(
         str(cache / rel.removeprefix("cache/")) for rel in FILES if rel.startswith("cache/"))
     entry = cache / "envs" / "env-0123456789abcdef.tar.zst"
     flip(entry)  # damaged in the cache, with a .sha256 that agrees
     (cache / "envs" / "env-0123456789abcdef.tar.zst.sha256").write_bytes(sidecar(ENV, entry.read_bytes()))
-    copied = LIB.seed_cache(str(folder), manifest, str(cache))
+    copied = CACHE.seed_cache(str(folder), manifest, str(cache))
     assert sorted(copied) == [str(entry), str(entry) + ".sha256"]
     assert entry.read_bytes() == ENV_DATA and Path(str(entry) + ".sha256").read_bytes() == FILES[ENV + ".sha256"]
-    assert LIB.seed_cache(str(folder), manifest, str(cache)) == []
+    assert CACHE.seed_cache(str(folder), manifest, str(cache)) == []
 
 
 def test_an_apt_archive_already_in_the_cache_is_hashed_again_before_use(folder: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     manifest = LIB.load(str(folder))
-    archive, sha, made = LIB.apt_archive(str(folder), manifest, str(cache))
+    archive, sha, made = CACHE.apt_archive(str(folder), manifest, str(cache))
     good = Path(archive).read_bytes()
-    assert made and LIB.apt_archive(str(folder), manifest, str(cache)) == (archive, sha, False)
+    assert made and CACHE.apt_archive(str(folder), manifest, str(cache)) == (archive, sha, False)
     # a package inside it changed (same size), whatever a file beside it says
     Path(archive).write_bytes(good.replace(b"deb zstd deb zstd", b"deb zstd DEB zstd", 1))
     Path(archive + ".sha256").write_text(f"{digest(Path(archive))}  {Path(archive).name}\n")
-    assert LIB.apt_archive(str(folder), manifest, str(cache)) == (archive, sha, True)
+    assert CACHE.apt_archive(str(folder), manifest, str(cache)) == (archive, sha, True)
     assert Path(archive).read_bytes() == good
     Path(archive).write_bytes(good[:512 + 10])  # cut short in its first package
-    assert LIB.apt_archive(str(folder), manifest, str(cache)) == (archive, sha, True)
+    assert CACHE.apt_archive(str(folder), manifest, str(cache)) == (archive, sha, True)
     planted = tmp_path / "planted_1.0_amd64.deb"
     planted.write_bytes(b"evil")
     with tarfile.open(archive, "a") as tar:  # one more package than the manifest lists
         tar.add(planted, arcname=planted.name)
-    assert LIB.apt_archive(str(folder), manifest, str(cache)) == (archive, sha, True)
+    assert CACHE.apt_archive(str(folder), manifest, str(cache)) == (archive, sha, True)
     assert Path(archive).read_bytes() == good
 
 
