@@ -45,14 +45,14 @@ class HostState:
     started: bool = False
     done: bool = False
     failure: Failure | None = None
-    # Read back after the converge, it still differs from what it must be (the loop contract, cli.runs.close_loop).
+    # Read back after the converge, it still differs from what it must be (the loop contract, cli.stages.close_loop).
     unrepaired: bool = False
     task: str = ""  # the task it runs now
     task_since: float = 0.0  # when that task started (time.monotonic())
 
     @property
     def ended_well(self) -> bool:
-        """Neither failed, lost nor left differing after the converge (cli.runs.close_loop)."""
+        """Neither failed, lost nor left differing after the converge (cli.stages.close_loop)."""
         return not (self.failed or self.unreachable or self.unrepaired)
 
     @property

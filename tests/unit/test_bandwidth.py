@@ -22,7 +22,7 @@ import pytest
 from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bandwidth, hvd_health, hvd_health_gpu, hvd_health_net
 
 from hvdcluster import bandwidth, cli, culprit, health, nodestate
-from hvdcluster.cli import runs
+from hvdcluster.cli import stages
 from tests.conftest import own_gpu_fixture
 from tests.unit.test_cli import SHARED, FakeRun, fake_launches, fake_leases, record_converged
 from tests.unit.test_health_cli import fake_tool, module_reading, pci, reading
@@ -551,7 +551,7 @@ def test_up_ends_with_the_health_read_and_a_failing_node_is_not_ready_exit_1(hos
     fake.after = {"gpu01": dict(SHARED), "gpu02": dict(SHARED)}
     sick = reading(nvidia_smi_q=read(ECC), nvidia_smi_q_error="", pci=pci(1))
     fake.readings = {"gpu01": reading(), "gpu02": sick}
-    monkeypatch.setattr(runs, "tracked_run", fake)
+    monkeypatch.setattr(stages, "tracked_run", fake)
     fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": {**SHARED, "horovod.record": "other"}})
     capsys.readouterr()
     assert cli.main(["up", str(hosts), "-o", str(rendered), "--json"]) == 1
@@ -572,7 +572,7 @@ def test_up_on_cpu_nodes_is_ready_every_item_not_applicable(hosts, rendered, cap
     fake = HealthRun()
     fake.after = {"gpu01": dict(SHARED), "gpu02": dict(SHARED)}
     fake.readings = {"gpu01": reading(kernel_log=None, kernel_log_error="no journal"), "gpu02": reading()}
-    monkeypatch.setattr(runs, "tracked_run", fake)
+    monkeypatch.setattr(stages, "tracked_run", fake)
     fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": {**SHARED, "horovod.record": "other"}})
     assert cli.main(["up", str(hosts), "-o", str(rendered), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -600,15 +600,14 @@ def test_up_accept_measures_after_a_converge_that_ended_well_and_exits_1_naming_
         hosts, rendered, capsys, monkeypatch, measured) -> None:
     from hvdcluster.cli import up
 
-    monkeypatch.setattr(up, "_fast_path", lambda args: 0)  # a converge that ended well, nothing to do
-    monkeypatch.setattr(runs, "converge", lambda *a: 0)
+    monkeypatch.setattr(up, "_converge", lambda args: 0)  # a converge that ended well
     fake_read(monkeypatch, {"gpu01": reading(), "gpu02": reading()})
     argv = ["up", str(hosts), "-o", str(rendered), "--accept", "--gpus-per-node", "1", "--floor", "10",
             "--transport", "IB", "--size", "64M"]
     assert cli.main(argv) == 1
     out = capsys.readouterr().out
     assert "acceptance: nccl-tests over 2 nodes" in out and "not accepted: gpu01, gpu02 (pair)" in out
-    monkeypatch.setattr(up, "_fast_path", lambda args: 1)
+    monkeypatch.setattr(up, "_converge", lambda args: 1)
     assert cli.main(argv) == 1
     assert "acceptance not run: the converge did not end well" in capsys.readouterr().out
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hvdcluster import cli, launch, lock, spec
-from hvdcluster.cli import runs
+from hvdcluster.cli import stages
 from hvdcluster.drift import ROLES
 
 BAD = sorted((Path(__file__).parent / "bad_hosts").glob("*.yaml"))
@@ -569,7 +569,8 @@ class FakeRun:
         from hvdcluster import nodestate
         from hvdcluster.progress import Tracker
 
-        self.calls.append({"playbook": playbook, **kw})
+        # what `up` asked for beyond a plain run (no limit, tags, check or diff, no extra variables)
+        self.calls.append({"playbook": playbook, **{k: v for k, v in kw.items() if v not in (None, False, {})}})
         for node, state in self.after.items():
             (events if events is not None else []).append({"event": "runner_on_ok", "event_data": {
                 "host": node, "task": nodestate.STATE_TASK, "res": {"state": state}}})
@@ -593,7 +594,7 @@ def recorded(rendered: Path, monkeypatch: pytest.MonkeyPatch) -> FakeRun:
     """A cluster converged before from these very inputs, every node's desired state on record."""
     record_converged(rendered / "c1")
     fake = FakeRun()
-    monkeypatch.setattr(runs, "tracked_run", fake)
+    monkeypatch.setattr(stages, "tracked_run", fake)
     return fake
 
 
@@ -683,7 +684,7 @@ def test_a_full_converge_never_records_a_nodes_deviation(hosts, rendered, record
     from hvdcluster import nodestate
 
     root = rendered / "c1"
-    monkeypatch.setattr(runs, "tracked_run", recorded)
+    monkeypatch.setattr(stages, "tracked_run", recorded)
     recorded.after = {"gpu01": dict(SHARED), "gpu02": {**SHARED, "env.files": "added: sitecustomize.py"}}
     capsys.readouterr()
     assert cli.main(["up", str(hosts), "-o", str(rendered), "--full", "--json"]) == 1
@@ -718,10 +719,9 @@ def test_up_converges_every_node_when_the_fast_path_cannot_be_trusted(hosts, ren
     else:
         argv = ["--full"]
     fake_reading(monkeypatch, found, unreachable)
-    converged: list = []
-    monkeypatch.setattr(runs, "converge", lambda *a: converged.append(a[1]) or 0)
     assert cli.main(["up", str(hosts), "-o", str(rendered), *argv]) == 0
-    assert converged == ["site.yml"] and recorded.calls == []
+    # one run of the whole site.yml on every node: no role left out, no node left out
+    assert recorded.calls == [{"playbook": "site.yml", "extravars": {"hvd_state_health": True}}]
     assert nodestate.recorded_inputs(root)  # the full converge decides about it, not the fast path
 
 
@@ -801,7 +801,7 @@ def test_a_run_that_changed_no_node_keeps_the_record_it_forgot_at_its_start(host
         return tracker, type("Result", (), {"rc": 4, "log": root / "log", "status": "failed"})()
 
     recorded.after = {"gpu01": dict(SHARED)}
-    monkeypatch.setattr(runs, "tracked_run", run)
+    monkeypatch.setattr(stages, "tracked_run", run)
     assert cli.main(["up", str(hosts), "-o", str(rendered), "--full"]) == 1
     assert (nodestate.saved_inputs(root) == before) is kept
     assert (nodestate.recorded_inputs(root) == "") is not kept
@@ -823,7 +823,7 @@ def test_a_first_converge_that_makes_the_cluster_key_is_recorded_with_it(hosts, 
         (root / "ssh" / "id_ed25519.pub").write_text("ssh-ed25519 AAAAC3Nza hvdcluster@c1\n")
         return real_call(*a, **kw)
 
-    monkeypatch.setattr(runs, "tracked_run", converge)
+    monkeypatch.setattr(stages, "tracked_run", converge)
     assert cli.main(["up", str(hosts), "-o", str(rendered), "--full"]) == 0
     assert nodestate.recorded_inputs(root) == nodestate.inputs_digest(root)
     fake_reading(monkeypatch, {"gpu01": dict(SHARED), "gpu02": dict(SHARED)})

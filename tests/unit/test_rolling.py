@@ -126,7 +126,7 @@ def test_a_rolls_read_back_holds_the_changed_nodes_against_each_other_not_agains
     on the old env it would be the odd one out and the roll would stop on a healthy node. The roll reads back only
     the nodes done so far, and records only those."""
     from hvdcluster import nodestate, spec
-    from hvdcluster.cli import runs
+    from hvdcluster.cli import stages
     from hvdcluster.progress import Tracker
 
     hosts = tmp_path / "hosts.yaml"
@@ -142,7 +142,7 @@ def test_a_rolls_read_back_holds_the_changed_nodes_against_each_other_not_agains
 
     def loop(among):
         tracker = Tracker.for_hosts(["node1", "node2", "node3"])
-        lines = runs.close_loop(root, cluster, tracker, events, {}, converged=["node1"], records_current=False,
+        lines = stages.close_loop(root, cluster, tracker, events, {}, converged=["node1"], records_current=False,
                                 among=among)
         return lines, tracker
 

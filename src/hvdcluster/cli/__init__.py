@@ -3,9 +3,10 @@
 Every argument is checked before anything runs or is written: a bad ``-o``, ``--limit``, ``--tags`` or
 ``-np`` is one line naming the argument and exit code 2, like a mistake in hosts.yaml.
 
-One module per command (:mod:`.init`, :mod:`.plan` with ``inventory``, :mod:`.up`, :mod:`.bundle`, :mod:`.check`,
-:mod:`.health`, :mod:`.run`, ``preflight`` in :mod:`.runs`); what they share in :mod:`.common` (arguments, loading)
-and :mod:`.runs` (a playbook run and its summary); what `up` repairs in :mod:`.repair`, plain functions.
+One module per command (:mod:`.init`, :mod:`.plan` with ``inventory``, :mod:`.up` with :mod:`.rolling` for
+``up --rolling``, :mod:`.bundle`, :mod:`.check`, :mod:`.health`, :mod:`.run`, :mod:`.preflight`); what they share in
+:mod:`.common` (arguments, loading) and :mod:`.stages` (the stages of a converge, from hosts.yaml to the summary, in
+the order :mod:`.up` takes them); what `up` repairs in :mod:`hvdcluster.repair`, plain functions.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from pathlib import Path
 from .. import lock, paths, spec
 from ..errors import HvdError
 from ..output import dump_json
-from . import runs
+from . import stages
 from .common import EXIT_FAILED, EXIT_OK, check_output, console_for, inventory_root, load_and_resolve, render
 
 
@@ -63,18 +63,20 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     console = console_for(args)
     have = bundle.held(dest)
     extra = bundle.wheelhouse_entries(cluster.network.wheelhouse, dest) + bundle.openmpi_entries(plan.stack, dest)
-    with lock.hold(inventory_root(output, cluster), "bundle"):
-        root = render(cluster, output, plan)
+    session = stages.Session(args, console, cluster, plan, inventory_root(output, cluster))
+    with lock.hold(session.root, "bundle"):
+        render(cluster, output, plan)
         console.step(1, 3, f"converge {node}: the node OS's own apt and pip resolve the bundle there")
-        tracker, result = runs.tracked_run(root, cluster, console, "site.yml", limit=node)
-        if not (tracker.ok and result.rc == 0):
-            return runs.finish(args, console, cluster, root, tracker, result)
+        outcome = stages.run_pass(session, stages.Pass(limit=node))
+        if not outcome.ended_well:
+            return stages.finish(session, outcome)
         console.step(2, 3, f"gather on {node} what {dest} lacks ({len(have)} files held)")
-        tracker, result = runs.tracked_run(root, cluster, console, "bundle.yml", limit=node, extravars={
+        outcome = stages.run_pass(session, stages.Pass("bundle.yml", limit=node, extravars={
             "hvd_bundle_dest": str(dest), "hvd_bundle_have": have,
-            "hvd_bundle_skip_sha256": sorted({e["sha256"] for e in extra if e["path"].startswith("wheelhouse/")})})
-        if not (tracker.ok and result.rc == 0):
-            return runs.finish(args, console, cluster, root, tracker, result)
+            "hvd_bundle_skip_sha256": sorted({e["sha256"] for e in extra if e["path"].startswith("wheelhouse/")})}))
+        if not outcome.ended_well:
+            return stages.finish(session, outcome)
+        tracker = outcome.tracker
     console.step(3, 3, f"write {dest / 'manifest.yaml'}")
     collected = tracker.stats.get("hvd_bundle") or {}
     fetched = bundle.unpack_incoming(dest)

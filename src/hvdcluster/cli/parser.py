@@ -10,9 +10,9 @@ from .check import cmd_check
 from .health import cmd_health
 from .init import cmd_init
 from .plan import cmd_inventory, cmd_plan
+from .preflight import cmd_preflight
 from .rolling import DEFAULTS as ROLL
 from .run import cmd_run
-from .runs import cmd_preflight
 from .up import cmd_up
 
 

@@ -21,8 +21,8 @@ from .. import inventory, lock
 from ..errors import HvdError
 from ..output import dump_json
 from ..repair import Scope, batch_size, batches, scope
-from . import runs
-from .common import EXIT_FAILED, EXIT_OK, check_output, console_for, inventory_root, load_and_resolve, render
+from . import stages
+from .common import EXIT_FAILED, EXIT_OK
 
 # The rolling options and their defaults (the parser's too): given without --rolling, they are refused.
 DEFAULTS = {"batch": "1", "canary": None, "max_wait": 3600.0, "poll": 10.0}
@@ -162,50 +162,31 @@ class _Roll:
                     self.console.write(f"  {host}: resumed in Slurm")
 
 
-def _read_scope(root, names: list[str], console, changed=None) -> Scope:
-    """On a cluster converged before, one read of every node decides what the roll changes, as `up` does
-    (runs.drift_from_records): from the same inputs, the drifted nodes and the roles they need; after a change of
-    variables only (``changed``, inputs.change), every node with the roles from the earliest one that reads a changed
-    variable. Every node and every role when the records cannot decide."""
-    from .. import drift_text
-    from .. import repair
+def _scope(session: stages.Session, decision) -> Scope:
+    """What the roll changes, from `up`'s decision (one read of every node, as `up` reads them): the drifted nodes and
+    the roles they need; after a change of variables only, every node with the roles from the earliest one that reads
+    a changed variable; every node and every role when the records cannot decide or --full asks for it."""
+    from . import up
 
-    looked = runs.drift_from_records(root, names)
-    if looked is None:
-        return scope(names, None)  # a node without a record, or unreachable: the roll names the node it cannot reach
-    report = looked[2]
-    console.write(f"  {drift_text.render(report)}" if not report.drifted else drift_text.render(report))
-    if changed is None:
-        return scope(names, repair.plan(report, names))
-    todo = repair.after_change(report, names, changed.first_role)
-    return scope(names, None if todo.reinstalled else todo)
+    if decision.kind == up.FULL:
+        return scope(session.names, None)
+    return scope(session.names, decision.todo)
 
 
 def cmd_rolling(args: argparse.Namespace) -> int:
-    from .. import health, inputs, nodestate
-    from ..runner import check_environment
+    from .. import nodestate
+    from . import up
 
-    console = console_for(args)
-    check_environment()
-    output = check_output(args.output)
-    cluster, plan = load_and_resolve(args.hosts, args.bundle)
-    names = [h.name for h in cluster.hosts]
+    session = stages.start(args)
+    console, names = session.console, session.names
     check_arguments(args, names)
-    extra = runs.FULL_VERIFY if args.verify else {}
-    with lock.hold(inventory_root(output, cluster), lock.ROLL):
-        root = render(cluster, output, plan)
+    extra = stages.FULL_VERIFY if args.verify else {}
+    with lock.hold(session.root, lock.ROLL):
+        root = stages.write_inventory(session)
         roll = _Roll(args, inventory.read(root), console)
         roll.sweep(names)
-        desired = nodestate.desired(root, names)
-        records_current = nodestate.recorded_inputs(root) == nodestate.inputs_digest(root)
-        changed = None if records_current or args.full else inputs.change(root, nodestate.recorded_parts(root))
-        if changed is not None:
-            console.write(f"inputs changed since the last converge: {', '.join(changed.variables)} (read from "
-                          f"{changed.first_role} on): every node is changed")
-        elif not (records_current or args.full):
-            console.write("inputs changed since the last full converge (or never converged): every node is changed")
-        todo = _read_scope(root, names, console, changed) if (records_current or changed) and not args.full \
-            else scope(names, None)
+        decision = up.decide(session, full=args.full, health=False)
+        todo = _scope(session, decision)
         canary = args.canary if args.canary in todo.nodes else None
         if args.canary and canary is None:
             console.write(f"  the canary {args.canary} is in its desired state: it is not changed")
@@ -215,8 +196,9 @@ def cmd_rolling(args: argparse.Namespace) -> int:
             console.write("nothing to roll: " + ("every node is in its desired state" if not todo.by_hand else
                                                  "what drifted, no role repairs"))
         else:
-            console.write(f"cluster {cluster.cluster}: rolling over {len(todo.nodes)} of {len(names)} nodes in "
-                          f"{len(order)} batches ({' | '.join(', '.join(b) for b in order)})")
+            console.write(f"cluster {session.cluster.cluster}: rolling over {len(todo.nodes)} of {len(names)} nodes "
+                          f"in {len(order)} batches ({' | '.join(', '.join(b) for b in order)})")
+        desired = nodestate.desired(root, names)  # what each batch's nodes are held to (none: against their peers)
         throughput: dict[str, Any] = {}  # the last batch's post-flight figures
         for number, batch in enumerate(order, 1):
             label = "canary" if canary and number == 1 else f"batch {number}"
@@ -229,29 +211,27 @@ def cmd_rolling(args: argparse.Namespace) -> int:
                 continue
             proof = [n for n in names if n in roll.in_sync or n in roll.done or n in nodes]
             # Recorded again only when every node was changed and proven; a roll that changes no node keeps them.
-            nodestate.forget_inputs(root)
+            stages.forget_record(session)
             started = time.time()
-            events: list[dict] = []
             try:
-                tracker, result = runs.tracked_run(
-                    root, cluster, console, "site.yml", events=events, tags=todo.batch_tags(number),
+                outcome = stages.run_pass(session, stages.Pass(
+                    tags=todo.batch_tags(number),
                     extravars={**todo.extravars, "hvd_targets": ",".join(nodes), "hvd_proof_targets": ",".join(proof),
-                               **extra, **runs.HEALTH})
-                unrepaired = runs.close_loop(root, cluster, tracker, events, desired, converged=nodes,
-                                             records_current=records_current, among=proof)
+                               **extra, **stages.HEALTH},
+                    desired=desired, records_current=decision.records_current, changed=nodes, among=proof,
+                    health=nodes, by="up --rolling"))
             finally:
                 roll.release(nodes)
             # The batch is proven by the quick health read too (state.yml's play): a node with a failure stops the roll.
-            ready = runs.health_tail(root, health.readings_in(events), nodes, tracker.throughput, "up --rolling",
-                                     health.read_seconds(events))
-            ok = tracker.ok and result.rc == 0 and not unrepaired and not ready["not_ready"]
+            tracker, result, ready = outcome.tracker, outcome.result, outcome.health
             console.summary(tracker, str(result.log))
-            runs.write_health(console, ready)
+            stages.write_health(console, ready)
             roll.timeline.append({"batch": label, "nodes": nodes, "proven_with": proof, "started": started,
-                                  "ended": time.time(), "ok": ok, "log": str(result.log)})
+                                  "ended": time.time(), "ok": outcome.ready, "log": str(result.log)})
             throughput = tracker.throughput
-            if not ok:
-                why = "; ".join(unrepaired) or "; ".join(f"{f.role}: {f.task}: {f.message}" for f in tracker.failures) \
+            if not outcome.ready:
+                why = "; ".join(outcome.unrepaired) or "; ".join(f"{f.role}: {f.task}: {f.message}"
+                                                                 for f in tracker.failures) \
                     or "; ".join(ready["not_ready"]) or f"rc {result.rc}"
                 roll.failed = {n: why for n in nodes}
                 break
@@ -263,7 +243,7 @@ def cmd_rolling(args: argparse.Namespace) -> int:
     _summary(console, roll, untouched, todo.by_hand)
     rc = EXIT_OK if complete else EXIT_FAILED
     if args.json:
-        dump_json(sys.stdout, {"cluster": cluster.cluster, "inventory": str(root), "rc": rc, "ok": complete,
+        dump_json(sys.stdout, {"cluster": session.cluster.cluster, "inventory": str(root), "rc": rc, "ok": complete,
                                "throughput": throughput,
                                "rolling": {"order": order, "batches": roll.timeline, "done": roll.done,
                                            "in_sync": roll.in_sync, "by_hand": todo.by_hand,

@@ -1,151 +1,239 @@
-"""``hvdcluster up``: converge every node; on a cluster converged before from the same inputs, only the drifted
-nodes (the fast path: what to repair is decided by :mod:`.repair`)."""
+"""``hvdcluster up``: one line from hosts.yaml to the summary, each stage with its home in :mod:`.stages`:
+
+    start -> write the inventory -> read every node against its record -> decide -> converge -> confirm -> record
+    -> summary
+
+What to converge is decided here (:func:`decide`) with :mod:`hvdcluster.repair`'s policy: on a cluster converged
+before from the same inputs, only the drifted nodes, with the roles their drift needs (the fast path); after a change
+of variables only, every node from the earliest role that reads one; else (asked, or when the records cannot decide)
+every node with every role. ``up --rolling`` (:mod:`.rolling`) drives the same stages a batch at a time;
+``up --accept`` ends a converge that ended well with ``health --full``.
+"""
 
 from __future__ import annotations
 
 import argparse
-import sys
-
 import dataclasses
+import sys
+from dataclasses import dataclass, field
+from typing import Any
 
-from .. import lock
+from .. import lock, repair
 from ..errors import HvdError
 from ..output import dump_json
 from ..progress import transfer_report
-from .. import repair
-from . import rolling, runs
-from .common import EXIT_FAILED, EXIT_OK, check_output, console_for, inventory_root, load_and_resolve, render
+from . import stages
+from .common import EXIT_FAILED, EXIT_OK, console_for
+
+STEPS = 3  # [1/3] hosts.yaml and the inventory, [2/3] read and decide, [3/3] converge (confirm, record)
+
+# What decide() can conclude.
+FULL = "full"  # every node, every role (as asked, or the records cannot decide)
+IN_SYNC = "in sync"  # nothing to converge
+BY_HAND = "by hand"  # only what no role repairs drifted: nothing to converge, not in sync either
+REPAIR = "repair"  # the drifted nodes, the roles their drift needs (the fast path)
+CHANGE = "change"  # the inputs changed in variables only: every node, from the earliest role that reads one
 
 
-def _fast_path(args: argparse.Namespace) -> int | None:
-    """`up` on a cluster converged before from the same inputs: read every node (one module call each); nodes in
-    sync are not converged again; a drifted node runs the roles that own its drifted items and those after them;
-    then the post-flight proves the whole cluster again. None: converge fully instead (no record of some node,
-    inputs changed since the last full converge, a node unreachable, or a drift no role repairs)."""
+@dataclass
+class Decision:
+    """What `up` converges, decided from its arguments and one read of every node."""
+
+    kind: str
+    records_current: bool  # the records were made from these very inputs: nodes are held to their own
+    why: str = ""  # FULL: why every node converges
+    todo: repair.Repair | None = None  # REPAIR, CHANGE (and IN_SYNC, BY_HAND: what the read found)
+    want: dict[str, dict | None] = field(default_factory=dict)  # each node's record
+    reading: Any = None  # nodestate.Reading of the read
+    report: Any = None  # drift.Report of the read
+    changed: Any = None  # CHANGE: inputs.Change
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    if getattr(args, "accept", False):
+        return _accepted(args)
+    from .health import check_bandwidth_options
+
+    check_bandwidth_options(args, False, "--accept")  # an acceptance option without --accept: exit 2
+    return _converge(args)
+
+
+def _converge(args: argparse.Namespace) -> int:
+    from . import rolling
+
+    if getattr(args, "rolling", False):
+        return rolling.cmd_rolling(args)
+    rolling.check_arguments(args, [])  # a rolling option without --rolling: exit 2
+    session = stages.start(args)
+    console = session.console
+    console.step(1, STEPS, f"read {args.hosts}, resolve the stack, write the inventory")
+    with lock.hold(session.root, "up"):  # one run at a time: taken before anything is written
+        stages.write_inventory(session)
+        asked = not repair.takes_fast_path(full=args.full, limit=args.limit, tags=args.tags, check=args.check,
+                                           verify=args.verify)
+        decision = decide(session, full=asked, health=True, step=(2, STEPS))
+        if decision.kind == IN_SYNC:
+            return _in_sync(session, decision)
+        if decision.kind == BY_HAND:
+            return _by_hand(session, decision)
+        todo, text, recorded, digest = _pass(session, decision)
+        console.step(3, STEPS, text)
+        saved = stages.forget_record(session) if recorded else None
+        outcome = stages.run_pass(session, todo)
+        if recorded:
+            stages.record(session, outcome, saved, digest=digest, allowed=not args.limit)
+            if todo.extravars.get("hvd_state_deep"):  # read back deep: a converged node's env is as installed
+                from .. import nodestate
+
+                nodestate.note_deep_findings(session.root, found=[line.split(":", 1)[0] for line in outcome.unrepaired
+                                                                  if ": env.files:" in line],
+                                             cleared=outcome.converged)
+    return stages.finish(session, outcome, _extra(decision, outcome))
+
+
+# ------------------------------------------------------------------------------------------------ read and decide
+
+
+def decide(session: stages.Session, *, full: bool, health: bool, step: tuple[int, int] | None = None) -> Decision:
+    """Read every node against its record (when the records can decide) and decide what to converge; what was found
+    and decided is said on the console. ``full``: every node and every role, as asked (no read); ``health``: the
+    quick health read in the same play (`up` reports it when nothing is to converge); ``step``: the read said as that
+    step. `up` and `up --rolling` both decide here."""
     from .. import drift, drift_text, inputs, nodestate
-    from ..runner import check_environment
 
-    check_environment()
-    output = check_output(args.output)
-    cluster, plan = load_and_resolve(args.hosts, args.bundle)
-    root = inventory_root(output, cluster)
-    if not (root / "hosts.yml").is_file() or not nodestate.recorded_inputs(root):
-        return None
-    console = console_for(args)
-    names = [h.name for h in cluster.hosts]
-    with lock.hold(root, "up"):
-        render(cluster, output, plan)
-        if nodestate.inputs_digest(root) != nodestate.recorded_inputs(root):
-            changed = inputs.change(root, nodestate.recorded_parts(root))
-            if changed is None:
-                console.write("inputs changed since the last full converge: converging every node")
-                return None
-            return _after_change(args, console, cluster, root, changed)
-        # Deep when asked, or while a deep read (check --deep) found env files changed in content only.
-        deep = args.deep or any(n in names for n in nodestate.deep_findings(root))
-        looked = runs.drift_from_records(root, names, console,
-                                         step=f"read every node's state ({len(names)} nodes, read-only)", deep=deep,
-                                         health=True)
-        if looked is None:
-            return None
-        want, reading, report = looked
-        todo = dataclasses.replace(repair.plan(report, names), deep=deep)
-        fast = todo.summary(reading.seconds)
-        if not report.drifted:
-            console.write(f"  {drift_text.render(report)}")
-            console.write(f"every node is in its desired state (read in {reading.seconds:.1f} s): nothing to converge")
-            # read in the same play as the state
-            ready = runs.health_tail(root, reading.health, names, {}, "up", reading.health_seconds)
-            runs.write_health(console, ready)
-            rc = EXIT_FAILED if ready["not_ready"] else EXIT_OK
-            if args.json:
-                dump_json(sys.stdout, {"cluster": cluster.cluster, "inventory": str(root), "rc": 0, "log": reading.log,
-                                       "ok": True, "hosts": {n: {"status": "up-to-date", "ok": 0, "changed": 0,
-                                                                 "failed": 0, "unreachable": 0, "skipped": 0}
-                                                             for n in names},
-                                       "failures": [], "notices": {}, "preflight": {},
-                                       "transfers": transfer_report([]), "fast_path": fast,
-                                       "converged": [], "not_repaired": [], "health": ready})
-            return rc
-        console.write(drift_text.render(report))
-        for node in todo.reinstalled:
-            console.write(f"  {node}: reinstalled since its last converge ({drift.REINSTALLED} changed): the "
-                          "pre-flight and every role run on it, never a partial repair")
-        if not todo.targets:  # only what no role repairs: nothing to converge, and not in sync either
-            unrepairable = drift_text.unrepaired_lines(report)
-            for line in unrepairable:
-                console.write(f"not repaired: {line}")
-            if args.json:
-                dump_json(sys.stdout, {"cluster": cluster.cluster, "inventory": str(root), "rc": 1, "log": reading.log,
-                                       "ok": False, "fast_path": fast, "converged": [], "not_repaired": unrepairable})
-            return EXIT_FAILED
-        roles = ", ".join(r for r in todo.roles if r != "hvd_verify")
-        console.step(2, 2, f"repair {', '.join(todo.targets)} ({roles}), then prove the whole cluster (hvd_verify)")
-        # The roles' plays take only the drifted nodes (hvd_targets); the post-flight takes every node.
-        return _converge_and_prove(args, console, cluster, root, todo, want, records_current=True,
-                                   digest=nodestate.recorded_inputs(root), extra={"fast_path": fast})
+    args, console, root, names = session.args, session.console, session.root, session.names
+    recorded = nodestate.recorded_inputs(root)
+    current = bool(recorded) and recorded == nodestate.inputs_digest(root)
+
+    def say(text: str) -> None:
+        console.step(*step, text) if step else console.write(text)
+
+    def converge_all(why: str) -> Decision:
+        say(f"every node converges: {why}")
+        return Decision(FULL, current, why)
+
+    if full:
+        flags = [f"--{k}" for k in ("full", "limit", "tags", "check", "verify") if getattr(args, k, None)]
+        return converge_all(f"as asked ({', '.join(flags) or '--full'})")
+    if not recorded:
+        return converge_all("no converge recorded from these inputs")
+    changed = None
+    if not current:
+        changed = inputs.change(root, nodestate.recorded_parts(root))
+        if changed is None:
+            return converge_all("inputs changed since the last full converge")
+        console.write(f"inputs changed since the last converge: {', '.join(changed.variables)} (read from "
+                      f"{changed.first_role} on)")
+    # Deep when asked, or while a deep read (check --deep) found env files changed in content only.
+    deep = getattr(args, "deep", False) or any(n in names for n in nodestate.deep_findings(root))
+    want = nodestate.desired(root, names)
+    if any(state is None for state in want.values()):
+        return converge_all(f"no record of {', '.join(n for n, s in want.items() if s is None)}")
+    say(f"read every node's state ({len(names)} nodes, read-only)" + (" (deep: every env file's content)"
+                                                                       if deep else ""))
+    reading = nodestate.read(root, hosts=names, deep=deep, health=health and changed is None)
+    if reading.unreachable:
+        console.write(f"  not read: {', '.join(reading.unreachable)}: converging every node")
+        return Decision(FULL, current, "a node could not be read")
+    report = drift.compare(want, reading.found, [])
+    if deep:
+        nodestate.note_deep_findings(root, found=[n for n in names if drift.env_files_differ(report, n)],
+                                     cleared=names)
+    console.write(f"  {drift_text.render(report)}" if not report.drifted else drift_text.render(report))
+    if changed is not None:
+        todo = dataclasses.replace(repair.after_change(report, names, changed.first_role), deep=deep)
+        if todo.reinstalled:
+            console.write(f"  reinstalled since the last converge: {', '.join(todo.reinstalled)}: converging every "
+                          "node")
+            return Decision(FULL, current, "a node was reinstalled")
+        return Decision(CHANGE, current, todo=todo, want=want, reading=reading, report=report, changed=changed)
+    todo = dataclasses.replace(repair.plan(report, names), deep=deep)
+    for node in todo.reinstalled:
+        console.write(f"  {node}: reinstalled since its last converge ({drift.REINSTALLED} changed): the "
+                      "pre-flight and every role run on it, never a partial repair")
+    kind = IN_SYNC if not report.drifted else BY_HAND if not todo.targets else REPAIR
+    return Decision(kind, current, todo=todo, want=want, reading=reading, report=report)
 
 
-def _after_change(args: argparse.Namespace, console, cluster, root, changed) -> int | None:
-    """The inputs changed in variables only (inputs.change): one read of every node (as the fast path's), then every
-    node converges from the earliest role that reads a changed variable (or that a node's drift needs) to the end of
-    site.yml, the post-flight proves the cluster, and every node is read back (the loop contract, each node against its
-    peers: the records were made from the old inputs). None: converge fully instead (a node without a record or not
-    read, a node reinstalled)."""
+def _pass(session: stages.Session, decision: Decision) -> tuple[stages.Pass, str, bool, str | None]:
+    """The converge a decision asks for: (the pass, what step 3 says, whether it is recorded, the inputs' digest to
+    record: None for the digest after the run)."""
     from .. import nodestate
 
-    names = [h.name for h in cluster.hosts]
-    console.write(f"inputs changed since the last converge: {', '.join(changed.variables)} (read from "
-                  f"{changed.first_role} on)")
-    deep = args.deep or any(n in names for n in nodestate.deep_findings(root))
-    looked = runs.drift_from_records(root, names, console,
-                                     step=f"read every node's state ({len(names)} nodes, read-only)", deep=deep)
-    if looked is None:
-        console.write("  not every node could be read against its record: converging every node")
-        return None
-    want, _, report = looked
-    todo = dataclasses.replace(repair.after_change(report, names, changed.first_role), deep=deep)
-    if todo.reinstalled:
-        console.write(f"  reinstalled since the last converge: {', '.join(todo.reinstalled)}: converging every node")
-        return None
-    roles = ", ".join(r for r in todo.roles if r != "hvd_verify")
-    console.step(2, 2, f"converge every node ({roles}), then prove the whole cluster (hvd_verify)")
-    return _converge_and_prove(args, console, cluster, root, todo, want, records_current=False,
-                               digest=nodestate.inputs_digest(root),
-                               extra={"changed_inputs": {"variables": changed.variables, "roles": todo.roles}})
+    args, root, names = session.args, session.root, session.names
+    todo = decision.todo
+    if decision.kind == FULL:
+        check, tags = args.check, args.tags
+        converging = not check
+        extravars = {**(stages.FULL_VERIFY if args.verify else {}), **(repair.DEEP if args.deep else {}),
+                     **(stages.HEALTH if converging else {})}
+        recorded = converging and not tags  # a run of some roles (--tags) records nothing, and forgets nothing
+        mode = " (check mode: nothing is changed)" if check else ""
+        return (stages.Pass(tags=tags, limit=args.limit, check=check, diff=args.diff, extravars=extravars,
+                            desired=nodestate.desired(root, names) if recorded else None,
+                            records_current=decision.records_current, health=names if converging else None),
+                f"converge playbooks/site.yml{mode}", recorded, None)
+    roles = ", ".join(r for r in todo.roles if r != repair.POST_FLIGHT)
+    extravars = {**todo.extravars, **stages.HEALTH}
+    if decision.kind == REPAIR:  # the roles' plays take only the drifted nodes (hvd_targets); the post-flight, all
+        return (stages.Pass(tags=todo.tags, extravars=extravars, desired=decision.want, records_current=True,
+                            changed=todo.targets, health=names),
+                f"repair {', '.join(todo.targets)} ({roles}), then prove the whole cluster ({repair.POST_FLIGHT})",
+                True, nodestate.recorded_inputs(root))
+    # CHANGE: every node read back against its peers (the records were made from the old inputs)
+    return (stages.Pass(tags=todo.tags, extravars=extravars, desired=decision.want, records_current=False,
+                        health=names),
+            f"converge every node ({roles}), then prove the whole cluster ({repair.POST_FLIGHT})", True,
+            nodestate.inputs_digest(root))
 
 
-def _converge_and_prove(args: argparse.Namespace, console, cluster, root, todo: repair.Repair, want: dict, *,
-                        records_current: bool, digest: str, extra: dict) -> int:
-    """The tail of both partial runs: one site.yml run with ``todo``'s roles (then the post-flight and the read-back),
-    every node read back against what it must be (the loop contract: ``records_current``, against its own record;
-    else, the inputs having changed, against its peers), and the inputs recorded as ``digest`` only when all of it
-    ended well (forgotten meanwhile: a run cut short is not taken for a converge)."""
-    from .. import health, nodestate
+def _extra(decision: Decision, outcome: stages.Outcome) -> dict[str, Any]:
+    """What `up --json` adds to the summary's document: the nodes converged, and what the fast path decided."""
+    hosts = outcome.tracker.hosts
+    if decision.kind == FULL:
+        return {"converged": [h for h, s in hosts.items() if (s.ok or s.changed) and s.ended_well]}
+    converged = {"converged": [n for n in decision.todo.targets if hosts[n].ended_well]}
+    if decision.kind == REPAIR:
+        return {"fast_path": decision.todo.summary(decision.reading.seconds), **converged}
+    return {"changed_inputs": {"variables": decision.changed.variables, "roles": decision.todo.roles}, **converged}
 
-    saved = nodestate.saved_inputs(root)
-    nodestate.forget_inputs(root)
-    events: list[dict] = []
-    tracker, result = runs.tracked_run(root, cluster, console, "site.yml", tags=todo.tags,
-                                       extravars={**todo.extravars, **runs.HEALTH}, events=events)
-    # A repair changes its targets only; a change of inputs, every node its roles ran on.
-    converged = todo.targets if records_current else [h for h, s in tracker.hosts.items()
-                                                      if (s.ok or s.changed) and not s.unreachable]
-    # What no role repairs is named there too ("no role repairs it").
-    unrepaired = runs.close_loop(root, cluster, tracker, events, want, converged=converged,
-                                 records_current=records_current)
-    if tracker.ok and result.rc == 0 and not unrepaired:
-        nodestate.record_inputs(root, digest)
-    else:
-        runs.keep_record_if_untouched(root, saved, tracker, unrepaired)
-    if todo.deep:  # read back deep: a repaired node's env is as installed, byte for byte
-        nodestate.note_deep_findings(root, found=[line.split(":", 1)[0] for line in unrepaired
-                                                  if ": env.files:" in line], cleared=converged)
-    ready = runs.health_tail(root, health.readings_in(events), [h.name for h in cluster.hosts], tracker.throughput,
-                             "up", health.read_seconds(events))
-    return runs.finish(args, console, cluster, root, tracker, result,
-                       {**extra, "converged": [n for n in todo.targets if tracker.hosts[n].ended_well]}, unrepaired,
-                       ready)
+
+# --------------------------------------------------------------------------------- nothing to converge: the summary
+
+
+def _in_sync(session: stages.Session, decision: Decision) -> int:
+    """Every node in its desired state: the health read of the same play is the summary."""
+    console, reading, names = session.console, decision.reading, session.names
+    console.write(f"every node is in its desired state (read in {reading.seconds:.1f} s): nothing to converge")
+    ready = stages.health_tail(session.root, reading.health, names, {}, "up", reading.health_seconds)
+    stages.write_health(console, ready)
+    if session.args.json:
+        dump_json(sys.stdout, {"cluster": session.cluster.cluster, "inventory": str(session.root), "rc": 0,
+                               "log": reading.log, "ok": True,
+                               "hosts": {n: {"status": "up-to-date", "ok": 0, "changed": 0, "failed": 0,
+                                             "unreachable": 0, "skipped": 0} for n in names},
+                               "failures": [], "notices": {}, "preflight": {}, "transfers": transfer_report([]),
+                               "fast_path": decision.todo.summary(reading.seconds), "converged": [],
+                               "not_repaired": [], "health": ready})
+    return EXIT_FAILED if ready["not_ready"] else EXIT_OK
+
+
+def _by_hand(session: stages.Session, decision: Decision) -> int:
+    """Only what no role repairs drifted (the OS release, the kernel): named, nothing converged, exit 1."""
+    from .. import drift_text
+
+    unrepairable = drift_text.unrepaired_lines(decision.report)
+    for line in unrepairable:
+        session.console.write(f"not repaired: {line}")
+    if session.args.json:
+        dump_json(sys.stdout, {"cluster": session.cluster.cluster, "inventory": str(session.root), "rc": 1,
+                               "log": decision.reading.log, "ok": False,
+                               "fast_path": decision.todo.summary(decision.reading.seconds), "converged": [],
+                               "not_repaired": unrepairable})
+    return EXIT_FAILED
+
+
+# ------------------------------------------------------------------------------------------------------ up --accept
 
 
 def _accepted(args: argparse.Namespace) -> int:
@@ -205,24 +293,3 @@ def _acceptance(args: argparse.Namespace, console, settings) -> dict | None:
         console.write(f"not accepted: {', '.join(culprit.get('nodes', [])) or 'the cluster'} "
                       f"({culprit.get('kind', 'run')}): {culprit.get('why', '')}")
     return full
-
-
-def cmd_up(args: argparse.Namespace) -> int:
-    if getattr(args, "accept", False):
-        return _accepted(args)
-    from .health import check_bandwidth_options
-
-    check_bandwidth_options(args, False, "--accept")  # an acceptance option without --accept: exit 2
-    return _converge(args)
-
-
-def _converge(args: argparse.Namespace) -> int:
-    if getattr(args, "rolling", False):
-        return rolling.cmd_rolling(args)
-    rolling.check_arguments(args, [])  # a rolling option without --rolling: exit 2
-    if repair.takes_fast_path(full=args.full, limit=args.limit, tags=args.tags, check=args.check,
-                              verify=args.verify):
-        fast = _fast_path(args)
-        if fast is not None:
-            return fast
-    return runs.converge(args, "site.yml", "converge", "up")
