@@ -310,3 +310,62 @@ def test_ansible_test_units_run_the_collections_own_unit_tests(tmp_path: Path) -
     mine = sum(len(re.findall(r"^def test_", p.read_text(), re.M))
                for p in (ROOT / "tests" / "unit" / "plugins").rglob("test_*.py"))
     assert ran >= mine > 0, proc.stdout[-3000:]
+
+
+# One home for each small rule several parts apply (issue 55): the rule, the file that holds it and what defines it
+# there, the files that must use it (and how they call it), and what a second copy of it would look like anywhere
+# else in the product (src/, plugins/, roles/, playbooks/) and in the benches and container suites (tests/cluster).
+ONE_HOME = {
+    "members and their slots": (
+        "plugins/module_utils/hvd_members.py", ["def member(", "def slots("],
+        {"src/hvdcluster/inventory/variables.py": "member_rules.member(", "src/hvdcluster/launch.py": "member_rules.slots(",
+         "plugins/filter/hvd_cluster.py": "member_rules.member("},
+        None),
+    "horovodrun's and mpirun's -H list": (
+        "plugins/module_utils/hvd_members.py", ["def host_list("],
+        {"src/hvdcluster/launch.py": "member_rules.host_list(", "src/hvdcluster/bandwidth.py": "member_rules.host_list(",
+         "plugins/filter/hvd_cluster.py": "member_rules.host_list(",
+         "roles/hvd_verify/vars/main.yml": "hvd.cluster.hvd_host_list"},
+        r"""join\(f["']\{[^}]+\}:\{[^}]+\}["'] for|~ ?['"]:['"] ?~"""),
+    "a version's release numbers and major": (
+        "plugins/module_utils/hvd_limits.py", ["def release(", "def major("],
+        {"src/hvdcluster/compat/rules.py": "hvd_limits import", "plugins/filter/hvd_preflight.py": "hvd_limits import",
+         "plugins/filter/hvd_gpu.py": "hvd_limits import release"},
+        None),
+    "a GPU model's matrix row": (
+        "plugins/module_utils/hvd_limits.py", ["def gpu_row("],
+        {"src/hvdcluster/compat/matrix.py": "hvd_limits.gpu_row(", "plugins/filter/hvd_preflight.py": "gpu_row("},
+        r"re\.search\([^)]*(match|gpu)[^)]*re\.IGNORECASE"),
+    "the NVIDIA driver's branch": (
+        "plugins/filter/hvd_gpu.py", ["def hvd_driver_branch("],
+        {"roles/hvd_nvidia_driver/vars/main.yml": "hvd.cluster.hvd_driver_branch",
+         "roles/hvd_nvidia_driver/tasks/main.yml": "hvd.cluster.hvd_driver_branch"},
+        r"""split\(['"]\.['"]\)\[0\]"""),
+    "NVIDIA's PCI vendor id": (
+        "plugins/module_utils/hvd_defaults.py", ["NVIDIA_PCI_VENDOR = "],
+        {"plugins/module_utils/hvd_fabric.py": "NVIDIA_PCI_VENDOR", "plugins/module_utils/hvd_host.py": "nvidia_pci(",
+         "roles/hvd_nvidia_driver/tasks/main.yml": "'nvidia_pci_vendor'"},
+        r"""['"]\^?0x10de\$?['"]"""),
+    "the CPU lab's stack (the tests' and benches' PyTorch)": (
+        "tests/lab.py", ["def cpu_stack(", "TORCH = "],
+        {"bench/up_scaling.py": "cpu_stack(", "tests/cluster/test_train.py": "cpu_stack("},
+        r"""['"]torch==2\.13"""),
+}
+ONE_HOME_SCOPE = ("src", "plugins", "roles", "playbooks", "bench", "tests/cluster")
+
+
+@pytest.mark.parametrize("rule", sorted(ONE_HOME))
+def test_each_small_rule_has_one_home_that_its_users_call(rule: str) -> None:
+    home, defines, users, copy = ONE_HOME[rule]
+    text = (ROOT / home).read_text()
+    assert all(definition in text for definition in defines), f"{rule}: {home} no longer defines {defines}"
+    for user, call in users.items():
+        assert call in (ROOT / user).read_text(), f"{rule}: {user} does not use {home} ({call!r})"
+    if copy is None:
+        return
+    pattern = re.compile(copy)
+    seconds = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+               for top in ONE_HOME_SCOPE for path in sorted((ROOT / top).rglob("*"))
+               if path.suffix in (".py", ".yml", ".j2", ".sh") and path.is_file() and path.relative_to(ROOT) != Path(home)
+               for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1) if pattern.search(line)]
+    assert not seconds, f"{rule}: a second copy beside {home}:\n" + "\n".join(seconds)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_limits import release
+
 
 _SOURCES = ("system", "env")
 
@@ -220,6 +222,13 @@ def hvd_gpu_version_matches(found: str, requested: str) -> bool:
     return (found + ".").startswith(requested + ".") or (requested + ".").startswith(found + ".")
 
 
+def hvd_driver_branch(version: Any) -> str:
+    """The NVIDIA driver's branch, as its packages name it: ``"550.54.15"`` -> ``"550"``, ``"550"`` -> ``"550"``; ``""``
+    for no version (hvd_limits.release reads the version, as the resolver and the pre-flight do)."""
+    numbers = release(version)
+    return str(numbers[0]) if numbers else ""
+
+
 def hvd_so_links(names: list[str]) -> dict[str, str]:
     """The unversioned links a build links against (``libnccl.so`` -> ``libnccl.so.2``) that ``names`` lack."""
     present = set(names)
@@ -266,6 +275,7 @@ class FilterModule:
             "hvd_gpu_component_plan": hvd_gpu_component_plan,
             "hvd_gpu_found_version": hvd_gpu_found_version,
             "hvd_gpu_version_matches": hvd_gpu_version_matches,
+            "hvd_driver_branch": hvd_driver_branch,
             "hvd_gpu_home_of": hvd_gpu_home_of,
             "hvd_so_links": hvd_so_links,
             "hvd_nvidia_smi_gpus": hvd_nvidia_smi_gpus,

@@ -8,11 +8,10 @@ Pure functions, so the rules are unit-tested without nodes (tests/unit/test_pref
 
 from __future__ import annotations
 
-import re
 from collections import Counter, defaultdict
 from typing import Any
 
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_limits import cuda_outside, driver_above, gcc_above
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_limits import cuda_outside, driver_above, gcc_above, gpu_row
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_names import hostname_problem
 
 FAIL, WARN = "fail", "warn"
@@ -89,8 +88,7 @@ def _per_host(host: str, p: dict[str, Any], plan: dict[str, Any]) -> list[dict[s
             "reboot the node (or unload and reload the nvidia modules)")
 
     for gpu in nv.get("gpus") or []:
-        rule = next((r for r in plan.get("gpu_rules") or [] if any(re.search(m, gpu, re.IGNORECASE) for m in r.get("match", []))),
-                    None)
+        rule = gpu_row(plan.get("gpu_rules"), gpu)
         if not rule:
             continue
         cuda, driver = plan.get("cuda") or "", plan.get("driver") or ""

@@ -11,11 +11,12 @@ description:
   - C(env_prefix) the Python environment's prefix, the same on every node.
   - C(artifact_dir) the login user's folder on each node that keeps the copies of artifacts peers pull from.
   - C(run_dir) the folder on each node of the job leases (hvdcluster run) and roll marks (hvdcluster up --rolling).
+  - C(nvidia_pci_vendor) NVIDIA's PCI vendor id as sysfs writes it (how a node's NVIDIA devices are found on the bus).
   - C(controller_cache) the controller cache folder, E(HVDCLUSTER_CACHE), else C(~/.cache/hvdcluster) of the user
     who runs the converge (read on the controller).
 options:
   _terms:
-    description: Names of shared defaults (env_prefix, artifact_dir, run_dir, controller_cache).
+    description: Names of shared defaults (env_prefix, artifact_dir, run_dir, nvidia_pci_vendor, controller_cache).
     required: true
     type: list
     elements: str

@@ -15,6 +15,9 @@ RUN_DIR = "/run/hvdcluster"
 # The controller cache (built envs, wheels and Open MPI builds, the bundle's apt archive): $HVDCLUSTER_CACHE, else
 # ~/.cache/hvdcluster of the user who runs the converge.
 CACHE_VARIABLE = "HVDCLUSTER_CACHE"
+# NVIDIA's PCI vendor id, as sysfs writes it (/sys/bus/pci/devices/*/vendor): how every part finds an NVIDIA device
+# on the bus (the host look, the fabric plan, hvd_nvidia_driver's look for a GPU).
+NVIDIA_PCI_VENDOR = "0x10de"
 
 
 def controller_cache(environ: Mapping[str, str] | None = None) -> str:
@@ -24,7 +27,8 @@ def controller_cache(environ: Mapping[str, str] | None = None) -> str:
     return environ.get(CACHE_VARIABLE) or os.path.join(home, ".cache", "hvdcluster")
 
 
-_FIXED = {"env_prefix": ENV_PREFIX, "artifact_dir": ARTIFACT_DIR, "run_dir": RUN_DIR}
+_FIXED = {"env_prefix": ENV_PREFIX, "artifact_dir": ARTIFACT_DIR, "run_dir": RUN_DIR,
+          "nvidia_pci_vendor": NVIDIA_PCI_VENDOR}
 NAMES = (*_FIXED, "controller_cache")  # what the lookup answers
 
 

@@ -19,9 +19,9 @@ import glob
 import os
 import re
 
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_defaults import NVIDIA_PCI_VENDOR
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import read_text, under
 
-NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x0300", "0x0302")  # VGA and 3D controllers; an NVIDIA audio function (0x0403) is no GPU
 NVSWITCH_CLASS = "0x068000"  # PCI bridge, other: how an NVSwitch shows on the bus
 PIECES = ("persistence", "peermem", "fabricmanager")
@@ -37,7 +37,7 @@ def nvidia_pci(root: str = "/") -> list[dict[str, str]]:
     """The NVIDIA PCI functions: address, class (0x030200 a GPU, 0x068000 an NVSwitch) and device id."""
     found = []
     for folder in sorted(glob.glob(os.path.join(glob.escape(under(root, "/sys/bus/pci/devices")), "*"))):
-        if (read_text(os.path.join(folder, "vendor")) or "").strip().lower() != NVIDIA_VENDOR:
+        if (read_text(os.path.join(folder, "vendor")) or "").strip().lower() != NVIDIA_PCI_VENDOR:
             continue
         found.append({"address": os.path.basename(folder),
                       "class": (read_text(os.path.join(folder, "class")) or "").strip().lower(),

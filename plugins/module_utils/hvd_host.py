@@ -26,6 +26,7 @@ from ansible_collections.hvd.cluster.plugins.module_utils.hvd_driver import (
     installed_versions,
     loaded_version,
 )
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import nvidia_pci
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import read_text, under
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state_stack import mpi_state, os_state
 
@@ -115,11 +116,7 @@ def gpu_models(root: str = "/") -> list[str]:
 
 def nvidia(root: str = "/") -> dict:
     """GPUs by model, NVIDIA display devices on the PCI bus, the loaded and installed driver, nouveau."""
-    pci = 0
-    for path in glob.glob(under(root, "/sys/bus/pci/devices/*/vendor")):
-        if (read_text(path) or "").strip() == "0x10de" and \
-                (read_text(os.path.dirname(path) + "/class") or "").startswith("0x03"):
-            pci += 1
+    pci = sum(1 for dev in nvidia_pci(root) if dev["class"].startswith("0x03"))  # display devices
     loaded = loaded_version(read_text(under(root, "/proc/driver/nvidia/version")) or "")
     installed = installed_versions(find_nvml(root))
     return {"gpus": gpu_models(root), "pci_devices": pci, "loaded": loaded, "installed": installed,

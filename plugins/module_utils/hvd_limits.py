@@ -21,6 +21,13 @@ def major(value: Any) -> int:
     return (release(value) or (0,))[0]
 
 
+def gpu_row(rows: Any, name: str) -> Mapping[str, Any] | None:
+    """The matrix row of a GPU model as nvidia-smi names it: the first of ``rows`` (the matrix's ``gpus``, or the
+    inventory's hvd_preflight_gpu_rules) one of whose ``match`` patterns finds ``name`` (case ignored); None."""
+    return next((row for row in rows or [] if any(re.search(p, name, re.IGNORECASE) for p in row.get("match", []))),
+                None)
+
+
 def cuda_outside(gpu: Mapping[str, Any], cuda: str) -> str | None:
     """The bound of a GPU's matrix row (``cuda_min``, ``cuda_max``; major.minor, inclusive) that ``cuda`` breaks, as
     ``">= 11.0"`` or ``"<= 12.9"``; None when the GPU runs that CUDA."""

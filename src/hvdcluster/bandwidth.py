@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bandwidth, hvd_fabric, hvd_health, hvd_health_gpu
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_members as member_rules
 
 from .culprit import find_culprit
-from .output import fold
 from .errors import HvdError
+from .output import fold
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 DEFAULT_COLLECTIVES = "all_reduce"
@@ -128,7 +129,7 @@ def links_of(reading: Mapping[str, Any], gpus: int | None = None) -> dict[str, A
 def command(hosts: Mapping[str, int], collective: str, size: int, prefix: str = NCCL_TESTS_PREFIX) -> str:
     """The shell the first node runs: ``hosts`` is node -> ranks (in -H order; rank 0 on the first)."""
     np = sum(hosts.values())
-    argv = ["timeout", str(RUN_SECONDS), "mpirun", "-np", str(np), "-H", ",".join(f"{h}:{n}" for h, n in hosts.items())]
+    argv = ["timeout", str(RUN_SECONDS), "mpirun", "-np", str(np), "-H", member_rules.host_list(hosts)]
     for name in NCCL_ENV:
         argv += ["-x", name]
     perf = [f"{prefix.rstrip('/')}/bin/{collective}_perf", "-b", "8", "-e", str(size), "-f", "2", "-g", "1"]

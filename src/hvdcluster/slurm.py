@@ -19,6 +19,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_members as member_rules
+
 from .launch import DEFAULT_PREFIX, SAME_IMPORTS, LaunchError, activation
 
 # A time limit as Slurm's --time takes it: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or no limit.
@@ -65,7 +67,7 @@ def shape(slots: Mapping[str, int], gpus: Mapping[str, int], nodes: int | None, 
     if per_node is None:
         distinct = sorted(set(slots.values()))
         if len(distinct) != 1:
-            found = ", ".join(f"{h}:{s}" for h, s in slots.items())
+            found = member_rules.host_list(slots).replace(",", ", ")
             raise LaunchError(f"run: the nodes' slots differ ({found}); write --ntasks-per-node K (Slurm starts as many "
                               "tasks on each node)")
         per_node = distinct[0]

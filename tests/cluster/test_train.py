@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.conftest import SUDO_USER, Cli, changed_tasks, run_events, share_the_cores, task_outcomes
-from tests.lab import Lab
+from tests.lab import Lab, cpu_stack
 
 pytestmark = pytest.mark.containers
 
@@ -36,8 +36,7 @@ SCHEDULER = {"kind": "slurm", "controller": "node1", "partition": "debug"}
 
 @pytest.fixture(scope="module")
 def lab2(packaged_image: str, tmp_path_factory: pytest.TempPathFactory) -> Lab:
-    stack = {"python": {"packages": ["torch==2.13.0"]}, "horovod": {"frameworks": ["pytorch"]}}
-    lab = Lab("ct2", 2, tmp_path_factory.mktemp("ct2"), slots=2, stack=stack, user=SUDO_USER, image=packaged_image,
+    lab = Lab("ct2", 2, tmp_path_factory.mktemp("ct2"), slots=2, stack=cpu_stack(), user=SUDO_USER, image=packaged_image,
               scheduler=SCHEDULER)
     lab.up()
     share_the_cores(lab)

@@ -50,7 +50,7 @@ def test_the_lookup_and_the_command_name_the_same_folders(tmp_path: Path, monkey
 def test_an_unknown_default_fails_naming_the_known_ones() -> None:
     proc = ask_ansible("env_prefx", env=dict(os.environ))
     assert proc.returncode != 0
-    assert "unknown default 'env_prefx' (known: env_prefix, artifact_dir, run_dir, controller_cache)" in proc.stdout + proc.stderr
+    assert "unknown default 'env_prefx' (known: env_prefix, artifact_dir, run_dir, nvidia_pci_vendor, controller_cache)" in proc.stdout + proc.stderr
 
 
 def test_no_role_or_playbook_writes_a_shared_default_again() -> None:

@@ -197,3 +197,11 @@ def test_nvcc_builds_device_code_for_each_capability_found_and_ptx_for_the_newes
 def test_a_capability_list_that_is_not_digits_is_refused_by_name(cc_list):
     with pytest.raises(ValueError, match="write them without the dot"):
         gpu.hvd_nvcc_gencode(cc_list)
+
+
+@pytest.mark.parametrize(("version", "branch"), [("550.54.15", "550"), ("550", "550"), ("535.183.01,550.54.15", "535"),
+                                                 ("", ""), (None, "")])
+def test_a_driver_versions_branch_is_read_as_the_resolver_and_the_preflight_read_versions(version, branch) -> None:
+    """hvd_nvidia_driver's packages, Fabric Manager's package and the refusal of a given driver name the branch one
+    way: the filter reads the version with hvd_limits.release, the resolver's and the pre-flight's reader."""
+    assert gpu.hvd_driver_branch(version) == branch

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import copy
 import functools
-import re
 from collections.abc import Iterable, Iterator
 from importlib import resources
 from typing import Any
 
 import yaml
 from packaging.requirements import Requirement
+
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_limits
 
 from .model import NodeInfo
 from .versions import _covers, _in_range, _major, _matches, _newest_first, _release, _same_series
@@ -128,9 +129,7 @@ class _Catalog:
         return next((r for r in self.m["cuda_gcc"] if _in_range(cuda, r["first"], r["last"])), None)
 
     def gpu(self, name: str) -> dict | None:
-        return next(
-            (row for row in self.m["gpus"] if any(re.search(p, name, re.IGNORECASE) for p in row["match"])), None
-        )
+        return hvd_limits.gpu_row(self.m["gpus"], name)  # type: ignore[return-value]
 
     def gpus(self, names: Iterable[str]) -> Iterator[tuple[str, dict]]:
         """(name, row) for each distinct GPU model found in the matrix."""
