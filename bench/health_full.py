@@ -99,7 +99,8 @@ def bisection() -> None:
 
 
 def containers() -> None:
-    from tests.lab import Lab, build_image
+    from tests.lab.cluster import Lab
+    from tests.lab.images import build_image
     from tests.cluster.test_up import FULL, standin
 
     build_image()

@@ -43,8 +43,8 @@ def node_image() -> str:
 @pytest.fixture(scope="session")
 def packaged_image(node_image: str) -> str:
     """The node image with the roles' distro packages already installed (not held), as a site's golden image has
-    them (tests/lab.py PACKAGED_IMAGE), built once on top of the bare one and cached by label."""
-    from tests.lab import build_packaged_image  # noqa: PLC0415 - container suites only
+    them (tests/lab/images.py PACKAGED_IMAGE), built once on top of the bare one and cached by label."""
+    from tests.lab.images import build_packaged_image  # noqa: PLC0415 - container suites only
 
     return build_packaged_image()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.conftest import Cli
-from tests.lab import Lab
+from tests.lab.cluster import Lab
 
 pytestmark = pytest.mark.containers
 

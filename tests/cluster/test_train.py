@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.conftest import SUDO_USER, Cli, changed_tasks, run_events, share_the_cores, task_outcomes
-from tests.lab import Lab
+from tests.lab.cluster import Lab
 
 pytestmark = pytest.mark.containers
 

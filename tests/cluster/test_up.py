@@ -23,7 +23,7 @@ import yaml
 
 from tests.cluster.conftest import SUDO_USER, assert_no_trap_fired, run_events, task_outcomes
 from tests.conftest import BIN, ROOT
-from tests.lab import Lab
+from tests.lab.cluster import Lab
 
 pytestmark = pytest.mark.containers
 
