@@ -27,7 +27,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.cpu_split import node_cpu_seconds  # noqa: E402
 from hvdcluster.paths import controller_cache  # noqa: E402
-from tests.lab import Lab, build_packaged_image, cpu_stack  # noqa: E402
+from tests.lab.cluster import Lab  # noqa: E402
+from tests.lab.images import build_packaged_image  # noqa: E402
+from tests.lab.stacks import cpu_stack  # noqa: E402
 
 ENV = "/opt/hvd/env"
 

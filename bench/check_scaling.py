@@ -22,7 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.lab import Lab, build_image, cpu_stack  # noqa: E402
+from tests.lab.cluster import Lab  # noqa: E402
+from tests.lab.images import build_image  # noqa: E402
+from tests.lab.stacks import cpu_stack  # noqa: E402
 
 STACK = cpu_stack()
 HVDCLUSTER = str(Path(sys.executable).parent / "hvdcluster")

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.conda_channel import build  # noqa: E402
-from tests.lab import BASE_PACKAGES  # noqa: E402
+from tests.lab.stacks import BASE_PACKAGES  # noqa: E402
 
 PACKAGES = BASE_PACKAGES
 TOOLS = ["py-rattler==0.28.0", "conda-pack==0.9.2", "zstandard==0.25.0"]

@@ -24,7 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hvdcluster.paths import controller_cache  # noqa: E402
-from tests.lab import Lab, PACKAGED_IMAGE, build_packaged_image, cpu_stack, docker  # noqa: E402
+from tests.lab.cluster import Lab  # noqa: E402
+from tests.lab.images import PACKAGED_IMAGE, build_packaged_image, docker  # noqa: E402
+from tests.lab.stacks import cpu_stack  # noqa: E402
 
 
 def node_cpu_seconds(container: str) -> float:

@@ -20,7 +20,7 @@ if docker image inspect "$rootfs" >/dev/null 2>&1; then
     docker rmi "$rootfs" >/dev/null
 fi
 cleanup() {
-    (cd "$work/repo" 2>/dev/null && HOME=$work/home HVD_NODE_IMAGE=$image .venv/bin/python tests/lab.py down --name demo \
+    (cd "$work/repo" 2>/dev/null && HOME=$work/home HVD_NODE_IMAGE=$image .venv/bin/python -m tests.lab down --name demo \
         >/dev/null 2>&1) || true
     docker rmi "$image" >/dev/null 2>&1 || true
     if [ "$had_rootfs" = 1 ]; then  # the machine's own rootfs back under its name

@@ -22,7 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.lab import Lab, build_kernel_image  # noqa: E402
+from tests.lab.cluster import Lab  # noqa: E402
+from tests.lab.images import build_kernel_image  # noqa: E402
 
 SOURCES = "/etc/apt/sources.list.d/debian.sources"
 

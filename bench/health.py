@@ -21,7 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.lab import Lab, build_image  # noqa: E402
+from tests.lab.cluster import Lab  # noqa: E402
+from tests.lab.images import build_image  # noqa: E402
 
 HVDCLUSTER = str(Path(sys.executable).parent / "hvdcluster")
 

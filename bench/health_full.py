@@ -3,7 +3,7 @@
   quick16      `health --quick` on 16 nodes (target <= 3 s), without 16 containers (too heavy for this 2-core machine):
                *fake readings*. The controller's side: ansible-playbook through ansible-runner over 16 hosts on a local
                connection, a stand-in play whose task (named as health.yml's) answers each node's reading from its
-               vars (our recorded 2 x H100 node, tests/unit/fixtures/gpu), then the readings collected from the
+               vars (our recorded 2 x H100 node, tests/unit/plugins/fixtures/gpu), then the readings collected from the
                events, judged, folded and printed as the command does. The nodes' side: the real module once, on
                this machine (every node runs its own at once). Best and median of REPEAT.
   bisection    how many nccl-tests runs `health --full` needs to name one slow node, a slow link between two pairs, or
@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from hvdcluster import culprit, health  # noqa: E402
 
 HVDCLUSTER = str(Path(sys.executable).parent / "hvdcluster")
-FIXTURES = ROOT / "tests" / "unit" / "fixtures" / "gpu"
+FIXTURES = ROOT / "tests" / "unit" / "plugins" / "fixtures" / "gpu"
 
 
 def _inventory(folder: Path, names: list[str]) -> Path:
@@ -99,7 +99,8 @@ def bisection() -> None:
 
 
 def containers() -> None:
-    from tests.lab import Lab, build_image
+    from tests.lab.cluster import Lab
+    from tests.lab.images import build_image
     from tests.cluster.test_up import FULL, standin
 
     build_image()

@@ -3,8 +3,9 @@
 Runs the module as Ansible does (its file, the arguments as JSON on stdin) against an env on this machine, by
 default the one running this script, in check mode, three times, and prints the module's own reading time
 (``seconds`` in its result, best and median) with the env's size: distributions, RECORD lines, files the RECORDs
-list. The unit tier proves what the look reads (tests/unit/test_node_state.py: every RECORD and the lock hashed
-once, no installed file hashed); this prints what that costs. Add ``--deep`` for the sha256 of every file.
+list. The unit tier proves what the look reads (tests/unit/plugins/modules/test_hvd_node_state.py: every RECORD and
+the lock hashed once, no installed file hashed); this prints what that costs. Add ``--deep`` for the sha256 of every
+file.
 
 Run from the checkout:  .venv/bin/python bench/node_state.py [--prefix PREFIX] [--deep]
 """

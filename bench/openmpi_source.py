@@ -27,7 +27,9 @@ sys.path.insert(0, str(ROOT))
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import sha256_of  # noqa: E402
 from hvdcluster import paths  # noqa: E402
 from tests.debsrc import orig_tarball  # noqa: E402
-from tests.lab import Lab, build_image, cpu_stack  # noqa: E402
+from tests.lab.cluster import Lab  # noqa: E402
+from tests.lab.images import build_image  # noqa: E402
+from tests.lab.stacks import cpu_stack  # noqa: E402
 
 BUILD_TASKS = ("Configure (internal hwloc, libevent and PMIx, so nodes cannot disagree on them)",
                "Compile (several minutes)", "Install into the staging folder (the tree every node gets at the prefix)",

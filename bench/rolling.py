@@ -38,7 +38,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.lab import TORCH, Lab, build_image  # noqa: E402
+from tests.lab.cluster import Lab  # noqa: E402
+from tests.lab.images import build_image  # noqa: E402
+from tests.lab.stacks import TORCH  # noqa: E402
 
 BASE = [TORCH]
 HVDCLUSTER = str(Path(sys.executable).parent / "hvdcluster")

@@ -26,7 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.cluster.conftest import SUDO_USER, share_the_cores  # noqa: E402
-from tests.lab import Lab, build_packaged_image, cpu_stack  # noqa: E402
+from tests.lab.cluster import Lab  # noqa: E402
+from tests.lab.images import build_packaged_image  # noqa: E402
+from tests.lab.stacks import cpu_stack  # noqa: E402
 
 HVDCLUSTER = str(Path(sys.executable).parent / "hvdcluster")
 SCHEDULER = {"kind": "slurm", "controller": "node1", "partition": "bench"}

@@ -2,7 +2,7 @@
 without OpenSSH's -C (zlib) compression, which Ansible's default `ssh_args` turn on and ansible.cfg turns off.
 
 The artifact is the largest packed env in the controller cache (a zstd archive, as every artifact hvdcluster sends
-is), else 200 MiB of random bytes. One bare node container (tests/lab.py); each way three times, `scp` as Ansible's
+is), else 200 MiB of random bytes. One bare node container (tests/lab); each way three times, `scp` as Ansible's
 file transfer runs it, wall time and the ssh client's CPU time.
 
 Run from the checkout after tests/setup.sh:  .venv/bin/python bench/ssh_copy.py
@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hvdcluster import paths  # noqa: E402
-from tests.lab import Lab, build_image  # noqa: E402
+from tests.lab.cluster import Lab  # noqa: E402
+from tests.lab.images import build_image  # noqa: E402
 
 
 def _artifact(scratch: Path) -> Path:

@@ -23,35 +23,8 @@ def readme_golden_image() -> str:
     return written
 
 
-# GPU and fabric tool outputs (no GPU is reachable here), in two layers:
-# - OWN_GPU_FIXTURES, tests/unit/fixtures/gpu: the project's own, written by us in each tool's documented format (its
-#   README.md says what each stands for). Every parser and rule path is proven on these, in any checkout.
-# - GPU_FIXTURES, ../shared/fixtures-gpu next to the checkout: real recorded outputs, read in place and never copied
-#   into this repository (its SOURCES.md names where each came from). An extra layer: where the folder is absent (a
-#   plain clone) the tests that read it are skipped, with the reason; where it is there (this machine, CI) they run.
-OWN_GPU_FIXTURES = ROOT / "tests" / "unit" / "fixtures" / "gpu"
-GPU_FIXTURES = (ROOT / ".." / "shared" / "fixtures-gpu").resolve()
-NO_SHARED = ("../shared/fixtures-gpu is not next to this checkout: the real recorded outputs are an extra layer; "
-             "our own fixtures under tests/unit/fixtures/gpu cover every parser")
-
-
-def gpu_fixture(name: str) -> Path:
-    """A real recorded output's path. Without ../shared/fixtures-gpu the test is skipped (NO_SHARED); a file missing
-    from a folder that is there fails it."""
-    if not GPU_FIXTURES.is_dir():
-        pytest.skip(NO_SHARED)
-    path = GPU_FIXTURES / name
-    if not path.is_file():
-        pytest.fail(f"{path} is missing: these tests read ../shared/fixtures-gpu next to the checkout, in place")
-    return path
-
-
-def own_gpu_fixture(name: str) -> Path:
-    """One of the project's own GPU tool outputs (tests/unit/fixtures/gpu); a missing one fails the test."""
-    path = OWN_GPU_FIXTURES / name
-    if not path.is_file():
-        pytest.fail(f"{path} is missing: tests/unit/fixtures/gpu is part of the repository")
-    return path
+# The GPU and fabric tool outputs the parsers are fed (our own, and the real recordings of ../shared/fixtures-gpu):
+# tests/unit/plugins/support.py, which the collection's own unit tests share under ansible-test units too.
 
 
 def tool(name: str) -> str:
@@ -70,8 +43,8 @@ def node_image() -> str:
 @pytest.fixture(scope="session")
 def packaged_image(node_image: str) -> str:
     """The node image with the roles' distro packages already installed (not held), as a site's golden image has
-    them (tests/lab.py PACKAGED_IMAGE), built once on top of the bare one and cached by label."""
-    from tests.lab import build_packaged_image  # noqa: PLC0415 - container suites only
+    them (tests/lab/images.py PACKAGED_IMAGE), built once on top of the bare one and cached by label."""
+    from tests.lab.images import build_packaged_image  # noqa: PLC0415 - container suites only
 
     return build_packaged_image()
 

@@ -7,10 +7,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 tests/setup.sh
 if [ "${1:-}" = "down" ]; then
-    exec .venv/bin/python tests/lab.py down --name demo
+    exec .venv/bin/python -m tests.lab down --name demo
 fi
 # Fresh nodes have fresh host keys and nothing of the last demo's state: forget what was recorded for those.
 rm -rf .demo/inventories/demo/ssh/known_hosts .demo/inventories/demo/state
-.venv/bin/python tests/lab.py up --name demo --nodes "${HVD_DEMO_NODES:-3}" --dir .demo
+.venv/bin/python -m tests.lab up --name demo --nodes "${HVD_DEMO_NODES:-3}" --dir .demo
 cd .demo
 exec ../.venv/bin/hvdcluster up hosts.yaml "$@"

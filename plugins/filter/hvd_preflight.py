@@ -3,7 +3,7 @@
 ``probes`` maps each host to its host look (hvd_node_state with ``look``), plus what the role read itself
 (``os`` from the facts, ``mpi.login``: a login shell's mpirun). ``plan`` holds what is about to be installed and
 the limits (see the role's defaults). Each finding: host, check, severity (fail or warn), found, expected, fix.
-Pure functions, so the rules are unit-tested without nodes (tests/unit/test_preflight_rules.py).
+Pure functions, so the rules are unit-tested without nodes (tests/unit/plugins/filter/test_hvd_preflight.py).
 """
 
 from __future__ import annotations

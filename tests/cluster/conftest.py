@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.lab import Gapped, Lab
+from tests.lab.cluster import Lab
+from tests.lab.gapped import Gapped
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,8 @@
 #!/bin/sh
 # A stand-in for nccl-tests' all_reduce_perf on the container test nodes, which have no GPU. Tests only: no role
 # installs it, and it measures nothing. tests/cluster/test_up.py puts it at <hvd_nccl_tests_prefix>/bin/all_reduce_perf
-# with, in <prefix>/standin/, the outputs we wrote in nccl-tests' documented format (tests/unit/fixtures/gpu/
-# all_reduce_perf_<n>node-1gpu_*_to-64M.txt, named <kind>-<ranks>.txt) and a file `scenario` that says which to print:
+# with, in <prefix>/standin/, the outputs we wrote in nccl-tests' documented format (tests/unit/plugins/
+# fixtures/gpu/all_reduce_perf_<n>node-1gpu_*_to-64M.txt, named <kind>-<ranks>.txt) and a file `scenario` that says which to print:
 #   healthy | socket     that output, for the run's rank count
 #   slow NODE            the slow output when NODE is in the run's mpirun -H list, the healthy one otherwise
 # Rank 0 prints it (mpirun merges every rank's output: the files hold every rank's NCCL lines); the others print

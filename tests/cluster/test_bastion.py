@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.conftest import Cli
-from tests.lab import IMAGE, LABEL, docker
+from tests.lab.images import IMAGE, LABEL, docker
 
 pytestmark = pytest.mark.containers
 

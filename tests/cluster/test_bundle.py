@@ -29,7 +29,10 @@ import pytest
 from hvdcluster import inventory
 from tests.cluster.conftest import Cli, run_events, share_the_cores, task_outcomes
 from tests.conftest import BIN, ROOT
-from tests.lab import Gapped, Lab, cpu_stack, docker
+from tests.lab.cluster import Lab
+from tests.lab.gapped import Gapped
+from tests.lab.images import docker
+from tests.lab.stacks import cpu_stack
 
 pytestmark = pytest.mark.containers
 

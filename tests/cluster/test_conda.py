@@ -21,7 +21,8 @@ import pytest
 
 from tests.cluster.conftest import SUDO_USER, Cli, share_the_cores, task_outcomes
 from tests.conda_channel import build as build_channel
-from tests.lab import Gapped, Lab
+from tests.lab.cluster import Lab
+from tests.lab.gapped import Gapped
 
 pytestmark = pytest.mark.containers
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.cluster.conftest import task_outcomes
 from tests.conftest import ROOT
-from tests.lab import LABEL, docker
+from tests.lab.images import LABEL, docker
 
 pytestmark = [pytest.mark.containers, pytest.mark.heavy]
 

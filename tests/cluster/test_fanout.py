@@ -19,7 +19,7 @@ import pytest
 
 from hvdcluster.drift import PER_NODE_ITEMS
 from tests.cluster.conftest import SUDO_USER, Cli, share_the_cores
-from tests.lab import Lab
+from tests.lab.cluster import Lab
 
 pytestmark = pytest.mark.containers
 

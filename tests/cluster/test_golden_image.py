@@ -31,7 +31,8 @@ import yaml
 
 from tests.cluster.conftest import SUDO_USER, Cli, changed_tasks, run_events, task_outcomes
 from tests.conftest import ROOT, readme_golden_image
-from tests.lab import Lab, build_kernel_image
+from tests.lab.cluster import Lab
+from tests.lab.images import build_kernel_image
 
 pytestmark = pytest.mark.containers
 

@@ -27,7 +27,7 @@ import pytest
 
 from tests.cluster.conftest import SUDO_USER, Cli
 from tests.conftest import BIN, ROOT
-from tests.lab import Lab
+from tests.lab.cluster import Lab
 
 pytestmark = pytest.mark.containers
 

@@ -25,7 +25,9 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.conftest import SUDO_USER, Cli, share_the_cores, task_outcomes
-from tests.lab import BASE_PACKAGES, Lab, docker
+from tests.lab.cluster import Lab
+from tests.lab.images import docker
+from tests.lab.stacks import BASE_PACKAGES
 
 pytestmark = pytest.mark.containers
 

@@ -22,7 +22,9 @@ from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import sha25
 
 from tests.cluster.conftest import SUDO_USER, Cli, changed_tasks, run_events, share_the_cores, task_outcomes
 from tests.debsrc import orig_tarball
-from tests.lab import Lab, cpu_stack, docker
+from tests.lab.cluster import Lab
+from tests.lab.images import docker
+from tests.lab.stacks import cpu_stack
 
 pytestmark = pytest.mark.containers
 

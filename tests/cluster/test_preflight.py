@@ -1,7 +1,7 @@
 """Pre-flight over real SSH: each check that a container can provoke is provoked on one node of a fresh
 2-node cluster; the report must name that node, that check and the fix, and no node may have been touched
 (the run stops before hvd_base). Checks that need a real kernel or GPU (headers are the exception: a node
-without them is as real in a container) are covered by the rule tests in tests/unit/test_preflight_rules.py."""
+without them is as real in a container) are covered by the rule tests in tests/unit/plugins/filter/test_hvd_preflight.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.conftest import Cli
-from tests.lab import Lab
+from tests.lab.cluster import Lab
 
 pytestmark = pytest.mark.containers
 

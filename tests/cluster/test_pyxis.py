@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.conftest import SUDO_USER, Cli, changed_tasks, share_the_cores
-from tests.lab import Lab, cpu_stack
+from tests.lab.cluster import Lab
+from tests.lab.stacks import cpu_stack
 
 pytestmark = [pytest.mark.containers, pytest.mark.heavy]
 

@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.conftest import SUDO_USER, Cli, changed_tasks, run_events, share_the_cores, task_outcomes
-from tests.lab import Lab, cpu_stack
+from tests.lab.cluster import Lab
+from tests.lab.stacks import cpu_stack
 
 pytestmark = pytest.mark.containers
 
@@ -312,9 +313,10 @@ def test_a_replaced_munge_key_is_named_by_check_and_repaired_by_up(converged, la
 def test_health_drain_drains_a_failing_node_with_its_item_and_resumes_it_leaving_an_operators_drain(
         converged, lab2: Lab) -> None:
     """node2's health fails: a stand-in nvidia-smi on node2 (/usr/local/bin, on the login user's PATH) prints the
-    recorded `nvidia-smi -q` of an A10 with a pending row remap (tests/unit/fixtures/gpu), as test_health_cli's fake
-    tools do; nothing else on the node changes. An operator drained node1 ("bad fan") before."""
-    recorded = Path(__file__).parents[1] / "unit" / "fixtures" / "gpu" / "nvidia-smi-q_a10_535.154.05_row-remap-pending.txt"
+    recorded `nvidia-smi -q` of an A10 with a pending row remap (tests/unit/plugins/fixtures/gpu), as test_health_cli's
+    fake tools do; nothing else on the node changes. An operator drained node1 ("bad fan") before."""
+    recorded = (Path(__file__).parents[1] / "unit" / "plugins" / "fixtures" / "gpu"
+                / "nvidia-smi-q_a10_535.154.05_row-remap-pending.txt")
     subprocess.run(["docker", "cp", str(recorded), f"{lab2.container(2)}:/usr/local/share/smi-q.txt"], check=True)
     stand_in = "#!/bin/sh\ncase \"$1\" in -q) cat /usr/local/share/smi-q.txt ;; *) exit 0 ;; esac\n"
     assert lab2.exec(2, "sh", "-c", f"printf '{stand_in}' > /usr/local/bin/nvidia-smi && "

@@ -23,7 +23,7 @@ import yaml
 
 from tests.cluster.conftest import SUDO_USER, assert_no_trap_fired, run_events, task_outcomes
 from tests.conftest import BIN, ROOT
-from tests.lab import Lab
+from tests.lab.cluster import Lab
 
 pytestmark = pytest.mark.containers
 
@@ -652,7 +652,8 @@ def test_a_node_lost_mid_converge_is_named_alone_and_the_others_finish_proven(hv
 # ------------------------------------------------------------------------------------------ health --full and the gate
 
 # The nodes have no GPU: a stand-in for nccl-tests' all_reduce_perf (tests/cluster/nccl_tests_standin.sh) prints the
-# outputs we wrote in nccl-tests' documented format (tests/unit/fixtures/gpu, its README says what each stands for);
+# outputs we wrote in nccl-tests' documented format (tests/unit/plugins/fixtures/gpu, its README says what each stands
+# for);
 # it runs under the cluster's real mpirun, over the real SSH mesh. The stand-in's nodes are judged as the operator of a
 # cluster whose links the read cannot see would judge them: one rank a node, a floor of 10 GB/s, NCCL on IB.
 STANDIN_PREFIX = "/opt/hvd/nccl-tests"
@@ -672,7 +673,7 @@ def standin(lab: Lab, scenario: str | None) -> None:
             continue
         lab.exec(i, "mkdir", "-p", f"{STANDIN_PREFIX}/bin", f"{STANDIN_PREFIX}/standin")
         copies = [(ROOT / "tests" / "cluster" / "nccl_tests_standin.sh", f"{STANDIN_PREFIX}/bin/all_reduce_perf")]
-        copies += [(ROOT / "tests" / "unit" / "fixtures" / "gpu" / src, f"{STANDIN_PREFIX}/standin/{dst}")
+        copies += [(ROOT / "tests" / "unit" / "plugins" / "fixtures" / "gpu" / src, f"{STANDIN_PREFIX}/standin/{dst}")
                    for dst, src in STANDIN_OUTPUTS.items()]
         for src, dst in copies:
             subprocess.run(["docker", "cp", str(src), f"{lab.container(i)}:{dst}"], check=True, capture_output=True)

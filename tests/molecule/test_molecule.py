@@ -45,7 +45,7 @@ def _empty_cache(folder: Path) -> dict[str, str]:
 
 def _kernel_image() -> dict[str, str]:
     """The driver scenario's node image: a kernel image and its headers installed (built once, cached by label)."""
-    from tests.lab import build_kernel_image  # noqa: PLC0415 - only this scenario needs it
+    from tests.lab.images import build_kernel_image  # noqa: PLC0415 - only this scenario needs it
 
     build_kernel_image()
     return {}

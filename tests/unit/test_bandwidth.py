@@ -5,7 +5,8 @@
 - The bisection (culprit.find_culprit) on simulated measurements: which runs fail is decided by a model of the
   cluster (slow nodes, slow links), never by a real GPU.
 - nccl-tests runs judged (bandwidth.Meter) on outputs we wrote in nccl-tests' documented format
-  (tests/unit/fixtures/gpu, its README says what each stands for), returned by a stand-in for the SSH to the node.
+  (tests/unit/plugins/fixtures/gpu, its README says what each stands for), returned by a stand-in for the SSH to the
+  node.
 - PCIe ACS and the IOMMU: lspci -vvv, the config space and /proc/cmdline parsed and judged, and read by the node module
   from a folder standing in for /.
 - The commands: `health --full` (JSON shape, exit codes, bad input), `up`'s health read, `up --accept`, `run`'s gate.
@@ -20,12 +21,12 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bandwidth, hvd_health, hvd_health_gpu, hvd_health_net
+from ansible_collections.hvd.cluster.tests.unit.plugins.support import own_gpu_fixture
 
 from hvdcluster import bandwidth, cli, culprit, health, nodestate
 from hvdcluster.cli import stages
-from tests.conftest import own_gpu_fixture
+from tests.unit.health_readings import fake_tool, module_reading, pci, reading
 from tests.unit.test_cli import SHARED, FakeRun, fake_launches, fake_leases, record_converged
-from tests.unit.test_health_cli import fake_tool, module_reading, pci, reading
 
 H100_Q = "nvidia-smi-q_h100-sxm-2gpu_550.144.03.txt"
 L4_Q = "nvidia-smi-q_l4_555.42.06_pcie-gen1-of-4_x8-of-x16.txt"

@@ -3,30 +3,30 @@ the command's contract (exit codes, folded text, JSON).
 
 No GPU, NVSwitch or InfiniBand adapter is reachable here, so the GPU and fabric outputs are recorded ones: the real
 captures in ../shared/fixtures-gpu next to the checkout, read in place (never copied into this repository; its
-SOURCES.md names where each came from), as tests/unit/test_health.py reads them. The module runs for real, as Ansible
-runs it, against a folder standing in for / and with fake ``nvidia-smi``, ``journalctl``, ``dmesg`` and ``dcgmi``
+SOURCES.md names where each came from), as tests/unit/plugins/module_utils/test_hvd_health.py reads them. The module
+runs for real, as Ansible runs it, against a folder standing in for / and with fake ``nvidia-smi``, ``journalctl``, ``dmesg`` and ``dcgmi``
 scripts on its ``path`` that print those recordings: a mock of the GPU tools, which cannot run here.
 
 The recordings are an extra layer: tests/unit/test_health_cli_own.py runs the same paths on the project's own
-fixtures (tests/unit/fixtures/gpu); without ../shared/fixtures-gpu the tests here that read it are skipped.
+fixtures (tests/unit/plugins/fixtures/gpu); without ../shared/fixtures-gpu the tests here that read it are skipped.
+What this file shares with those (a reading, the node's stand-in root, the fake tools): tests/unit/health_readings.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import shutil
 import signal
 import sys
 from pathlib import Path
 
 import pytest
 from ansible_collections.hvd.cluster.plugins.module_utils import hvd_health_net
+from ansible_collections.hvd.cluster.tests.unit.plugins.support import ROOT, gpu_fixture
 
-from hvdcluster import cli, health, nodestate
-from tests.conftest import ROOT, gpu_fixture
-from tests.unit.test_modules import run_module
+from hvdcluster import cli, health
+from tests.unit.health_readings import fake_health, fake_tool, items, module_reading, pci, reading
+from tests.unit.health_readings import node_root  # noqa: F401 - a fixture: the tests below ask for it by name
 
 H100_Q = "nvidia-smi-q_h100-8gpu_535.183.01.txt"
 A100_Q = "nvidia-smi-q_a100-sxm4-80gb-4gpu_555.42.02.txt"
@@ -43,32 +43,10 @@ def read(name: str) -> str:
     return gpu_fixture(name).read_text(encoding="utf-8")
 
 
-def pci(gpus: int, switches: int = 0) -> list[dict[str, str]]:
-    """NVIDIA PCI functions as the module lists them: ``gpus`` 3D controllers and ``switches`` NVSwitches."""
-    return ([{"address": f"0000:{0x10 + i:02x}:00.0", "class": "0x030200", "device": "0x2330"} for i in range(gpus)]
-            + [{"address": f"0000:{0x80 + i:02x}:00.0", "class": "0x068000", "device": "0x22a3"}
-               for i in range(switches)])
-
-
-def reading(**fields: object) -> dict:
-    """A node's reading as plugins/modules/hvd_health_read.py returns it: a CPU node (nothing NVIDIA, no InfiniBand, the
-    kernel log readable and quiet) with ``fields`` over it."""
-    base = {"user": "hvdadmin", "nvidia_smi_q": None, "nvidia_smi_q_error": "nvidia-smi: not installed",
-            "nvlink": None, "nvlink_error": "nvidia-smi: not installed", "kernel_log": "", "kernel_log_error": "",
-            "ib": None, "modules": [], "modules_error": "", "pci": [], "fabricmanager_active": "inactive",
-            "fabricmanager_version": None, "fabricmanager_journal": None, "dcgm_diag": None,
-            "dcgm_diag_error": "dcgmi: not installed"}
-    return {**base, **fields}
-
-
 def h100(**fields: object) -> dict:
     """The recorded 8 x H100 node, driver loaded, every GPU on the bus."""
     return reading(**{"nvidia_smi_q": read(H100_Q), "nvidia_smi_q_error": "", "nvlink": "", "nvlink_error": "",
                       "pci": pci(8), "modules": ["nvidia", "nvidia_modeset", "nvidia_uvm"], **fields})
-
-
-def items(findings: list[dict]) -> dict[str, str]:
-    return {finding["item"]: finding["severity"] for finding in findings}
 
 
 # ------------------------------------------------------------------------------------------ judge
@@ -160,36 +138,6 @@ def test_identical_nodes_fold_onto_one_line_and_each_finding_is_one_line() -> No
 # ------------------------------------------------------------------------------------------ the module
 
 
-def fake_tool(folder: Path, name: str, body: str) -> None:
-    """An executable ``folder/name`` running ``body`` in sh; ``cat`` in it is the real one (PATH holds ``folder``
-    only)."""
-    path = folder / name
-    path.write_text(f"#!/bin/sh\ncat() {{ {shlex.quote(shutil.which('cat') or '/bin/cat')} \"$@\"; }}\n{body}\n")
-    path.chmod(0o755)
-
-
-@pytest.fixture
-def node_root(tmp_path: Path) -> Path:
-    """A folder standing in for a GPU node's /: two NVIDIA GPUs and an NVSwitch on the PCI bus (and an Intel
-    device), one Active NDR InfiniBand port, the nvidia modules loaded without nvidia_peermem."""
-    root = tmp_path / "root"
-    for address, vendor, klass in (("0000:07:00.0", "0x10de", "0x030200"), ("0000:08:00.0", "0x10de", "0x030200"),
-                                   ("0000:05:00.0", "0x10de", "0x068000"), ("0000:00:1f.0", "0x8086", "0x060100")):
-        dev = root / "sys/bus/pci/devices" / address
-        dev.mkdir(parents=True)
-        for name, value in (("vendor", vendor), ("class", klass), ("device", "0x2330")):
-            (dev / name).write_text(value + "\n")
-    port = root / "sys/class/infiniband/mlx5_0/ports/1"
-    port.mkdir(parents=True)
-    for name, value in (("state", "4: ACTIVE"), ("phys_state", "5: LinkUp"), ("rate", "400 Gb/sec (4X NDR)"),
-                        ("link_layer", "InfiniBand")):
-        (port / name).write_text(value + "\n")
-    (root / "proc").mkdir()
-    (root / "proc/modules").write_text("nvidia_uvm 1 0 - Live 0x0\nnvidia 2 1 nvidia_uvm, Live 0x0\n"
-                                       "mlx5_ib 3 0 - Live 0x0\n")
-    return root
-
-
 @pytest.fixture
 def fake_bin(tmp_path: Path) -> Path:
     """nvidia-smi, journalctl and dcgmi printing recorded outputs (dcgmi exits 226, as it does when a test fails)."""
@@ -201,14 +149,6 @@ def fake_bin(tmp_path: Path) -> Path:
     fake_tool(folder, "journalctl", f'case "$1" in -k) cat {q(str(gpu_fixture(DMESG_79)))};; *) exit 1;; esac')
     fake_tool(folder, "dcgmi", f"cat {q(str(gpu_fixture(DCGM_R1_FAIL)))}; exit 226")
     return folder
-
-
-def module_reading(root: Path, folder: Path, **args: object) -> dict:
-    """hvd_health_read run as Ansible runs it, in check mode, with only ``folder`` on PATH."""
-    result = run_module("hvd_health_read", {"root": str(root), "path": str(folder), **args}, check=True,
-                        env={**os.environ, "PATH": str(folder)})
-    assert result.get("changed") is False and "failed" not in result, result
-    return result["reading"]
 
 
 def test_the_module_reads_the_tools_and_the_kernel_files_and_changes_nothing(node_root: Path, fake_bin: Path) -> None:
@@ -252,7 +192,8 @@ def test_the_module_on_a_bare_root_reads_a_cpu_node(tmp_path: Path) -> None:
 
 
 def test_the_modules_documentation_is_yaml_that_names_every_option() -> None:
-    """What ansible-doc shows (every module's documentation is held to it in test_modules.py; this one's options too)."""
+    """What ansible-doc shows (every module's documentation is held to it in test_module_examples.py; this one's options
+    too)."""
     import ast
 
     import yaml
@@ -275,18 +216,6 @@ def rendered(hosts: Path, tmp_path: Path) -> Path:
     for node in ("gpu01", "gpu02"):
         (tmp_path / "inv" / "c1" / "state" / f"{node}.json").write_text(json.dumps({"state": {"gpu.count": 8}}))
     return tmp_path / "inv"
-
-
-def fake_health(monkeypatch: pytest.MonkeyPatch, found: dict, unreachable: dict | None = None) -> list:
-    """health.read answering ``found`` (node -> reading) without ansible; returns the calls' (limit, quick)."""
-    calls: list = []
-
-    def fake(root, limit=None, hosts=(), quick=False):
-        calls.append((limit, quick))
-        return nodestate.Reading(found=found, unreachable=unreachable or {}, log="runs/log", seconds=0.1)
-
-    monkeypatch.setattr(health, "read", fake)
-    return calls
 
 
 def refused(argv: list[str], capsys: pytest.CaptureFixture[str], *named: str) -> None:

@@ -2,9 +2,9 @@
 and the command's contract.
 
 tests/unit/test_health_cli.py asserts the same on real recorded outputs (../shared/fixtures-gpu), an extra layer
-skipped where that folder is absent; here the GPU and fabric outputs are ours (tests/unit/fixtures/gpu, written in
-each tool's documented format, its README.md says what each stands for), so every path runs in any checkout. The
-helpers, the node's stand-in root and the fake tools are test_health_cli.py's.
+skipped where that folder is absent; here the GPU and fabric outputs are ours (tests/unit/plugins/fixtures/gpu, written
+in each tool's documented format, its README.md says what each stands for), so every path runs in any checkout. The
+helpers, the node's stand-in root and the fake tools are tests/unit/health_readings.py's.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.hvd.cluster.plugins.module_utils import hvd_health_net
+from ansible_collections.hvd.cluster.tests.unit.plugins.support import own_gpu_fixture
 
 from hvdcluster import cli, health
-from tests.conftest import own_gpu_fixture
-from tests.unit.test_health_cli import fake_health, fake_tool, items, module_reading, pci, reading
-from tests.unit.test_health_cli import node_root  # noqa: F401 - a fixture: the test below asks for it by name
+from tests.unit.health_readings import fake_health, fake_tool, items, module_reading, pci, reading
+from tests.unit.health_readings import node_root  # noqa: F401 - a fixture: the test below asks for it by name
 
 H100_Q = "nvidia-smi-q_h100-sxm-2gpu_550.144.03.txt"
 A100_Q = "nvidia-smi-q_a100-sxm4-4gpu_450.80.02_single-double-bit-ecc-layout.txt"

@@ -1,6 +1,6 @@
 """`hvdcluster plan --probe`: what the nodes' host looks (hvd_node_state's ``host``) become for the resolver, and
-how a node that cannot be read is refused. The reads themselves are the module's (tests/unit/test_node_state.py,
-test_preflight_rules.py) and run against real nodes in tests/cluster/test_preflight.py."""
+how a node that cannot be read is refused. The reads themselves are the module's (tests/unit/plugins/modules/test_hvd_node_state*.py,
+tests/unit/plugins/filter/test_hvd_preflight.py) and run against real nodes in tests/cluster/test_preflight.py."""
 
 from __future__ import annotations
 

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
-from tests.unit.test_modules import UNPACK, make_archive, run_module, sha
+from ansible_collections.hvd.cluster.tests.unit.plugins.support import UNPACK, make_archive, run_module, sha
 
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import walk_tree
 from ansible_collections.hvd.cluster.plugins.modules import hvd_tree
+
 
 SKIP = {".hvdcluster", ".hvd-env-key"}
 
@@ -110,7 +109,6 @@ def test_a_walk_over_a_tree_that_changes_under_it_lists_what_is_there(tmp_path: 
     assert first == "a.h"
     (tmp_path / "b.h").unlink()
     assert [rel for rel, _ in walk] == ["c.h"]
-
 
 
 def test_the_walk_lists_files_and_links_each_folder_before_its_subfolders_and_follows_no_link(tmp_path: Path) -> None:

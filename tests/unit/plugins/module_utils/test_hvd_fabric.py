@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_modules import run_module
+from ansible_collections.hvd.cluster.tests.unit.plugins.support import run_module
 
 from ansible_collections.hvd.cluster.plugins.module_utils import hvd_fabric as hf
 from ansible_collections.hvd.cluster.plugins.module_utils import hvd_state_stack
+
 
 H100 = ("0x10de", "0x030200", "0x2330")
 NVSWITCH = ("0x10de", "0x068000", "0x22a3")

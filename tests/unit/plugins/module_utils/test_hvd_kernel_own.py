@@ -1,10 +1,10 @@
 """plugins/module_utils/hvd_kernel.py's readers of command output (``dkms status``, ``dkms install``, DKMS's make.log)
 over the project's own fixtures.
 
-tests/unit/test_kernel.py asserts the same on real recorded outputs (../shared/fixtures-gpu), an extra layer skipped
-where that folder is absent; these are ours (tests/unit/fixtures/gpu, written in dkms(8)'s and nvidia-smi's documented
-formats, its README.md says what each stands for), so every path runs in any checkout. The node trees are built with
-test_kernel.py's helpers.
+test_hvd_kernel.py asserts the same on real recorded outputs (../shared/fixtures-gpu), an extra layer skipped where
+that folder is absent; these are ours (tests/unit/plugins/fixtures/gpu, written in dkms(8)'s and nvidia-smi's
+documented formats, its README.md says what each stands for), so every path runs in any checkout and under
+ansible-test units. The node trees are kernel_tree.py's.
 """
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import own_gpu_fixture
-from tests.unit.test_kernel import NEW, add_headers, add_modules, link, write
-from tests.unit.test_kernel import node  # noqa: F401 - a fixture: the tests below ask for it by name
+from ansible_collections.hvd.cluster.tests.unit.plugins.module_utils.kernel_tree import NEW, add_headers, add_modules
+# a fixture: the tests below ask for it by name
+from ansible_collections.hvd.cluster.tests.unit.plugins.module_utils.kernel_tree import node  # noqa: F401
+from ansible_collections.hvd.cluster.tests.unit.plugins.support import link, own_gpu_fixture, write
 
 from ansible_collections.hvd.cluster.plugins.module_utils import hvd_kernel
+
 
 DKMS_STATUS = "dkms-status_dkms3_nvidia-550.144.03_installed.txt"
 MAKE_LOG = "dkms-make.log_nvidia-470.223.02_kernel-6.5.0-14-generic_FAIL-implicit-declaration.txt"

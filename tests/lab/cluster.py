@@ -1,16 +1,13 @@
-"""A local container cluster for the demo and the tests: bare Debian 12 nodes with sshd.
+"""A local container cluster for the demo and the tests (``Lab``): bare Debian 12 nodes with sshd.
 
-Each node is a container on a user-defined Docker network, reachable from the others by its
-container name (its fabric address) and from this machine over SSH on 127.0.0.1:<published port>
-(its management address), exactly as a real cluster has a management and a fabric network.
-
-    python3 tests/lab.py up   --name demo --nodes 3 --dir .demo   # writes .demo/hosts.yaml
-    python3 tests/lab.py down --name demo
+Each node is a container on a user-defined Docker network, reachable from the others by its container name (its
+fabric address) and from this machine over SSH on 127.0.0.1:<published port> (its management address), exactly as a
+real cluster has a management and a fabric network. ``remove_lab`` and ``wait_for_sshd`` serve the air-gapped site
+(gapped.py) too.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -19,73 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-IMAGE = os.environ.get("HVD_NODE_IMAGE", "hvdcluster/node:debian12")
-# The bare node plus the distro packages hvd_base and hvd_openmpi install, not held: a site's golden image. Suites
-# whose subject is not the first install (training, fan-out, conda, molecule horovod/gpu/conda) start from it; the
-# roles still hold, pin and read them back. The bare image stays for test_up, the bundle, the defaults and the demo.
-PACKAGED_IMAGE = IMAGE + "-packages"
-# The bare node plus a kernel image and its headers (Debian's own packages), as an image being built holds them:
-# molecule/driver's node, where DKMS builds the NVIDIA modules for that kernel.
-KERNEL_IMAGE = IMAGE + "-kernel"
-KERNEL_PACKAGES = ["linux-image-amd64", "linux-headers-amd64"]
-LABEL = "hvdcluster.lab"
-# The stack every CPU lab converges: the PyTorch CPU build this machine's wheelhouse carries (PIP_FIND_LINKS), with
-# Horovod for it. One home for the tests and the benches (cpu_stack() gives a copy to extend).
-TORCH = "torch==2.13.0"
-# What the env needs besides the stack's packages, as an index serves them (the default path without a wheelhouse).
-BASE_PACKAGES = [TORCH, "wheel", "setuptools", "cffi", "cloudpickle", "psutil", "pyyaml", "packaging"]
-
-
-def cpu_stack(**more: dict) -> dict:
-    """hosts.yaml's `stack` of a CPU lab: the CPU build of PyTorch and Horovod for it, with ``more`` keys added."""
-    return {"python": {"packages": [TORCH]}, "horovod": {"frameworks": ["pytorch"]}, **more}
-
-
-def docker(*args: str, check: bool = True) -> str:
-    proc = subprocess.run(["docker", *args], capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise RuntimeError(f"docker {' '.join(args)}: {proc.stderr.strip()}")
-    return proc.stdout.strip()
-
-
-def build_image() -> None:
-    subprocess.run([str(HERE / "images" / "build.sh")], check=True)
-
-
-def role_packages() -> list[str]:
-    """The distro packages hvd_base and hvd_openmpi install by default, read from the roles' own defaults."""
-    import yaml  # noqa: PLC0415 - the venv's (tests/setup.sh); the demo's plain `python3 tests/lab.py` never needs it
-
-    roles = HERE.parent / "roles"
-    base = yaml.safe_load((roles / "hvd_base" / "defaults" / "main.yml").read_text())["hvd_base_packages"]
-    mpi = yaml.safe_load((roles / "hvd_openmpi" / "defaults" / "main.yml").read_text())["hvd_openmpi_packages"]
-    return [*base, *mpi]
-
-
-def _build_variant(variant: str, packages: list[str]) -> str:
-    """IMAGE-<variant>: the bare image plus ``packages``, and the bare image under it (tests/images/build.sh builds
-    both and caches each by label)."""
-    subprocess.run([str(HERE / "images" / "build.sh")], check=True,
-                   env={**os.environ, "HVD_NODE_PACKAGES": " ".join(packages), "HVD_NODE_VARIANT": variant})
-    return f"{IMAGE}-{variant}"
-
-
-def build_packaged_image() -> str:
-    """PACKAGED_IMAGE (the roles' distro packages)."""
-    return _build_variant("packages", role_packages())
-
-
-def build_kernel_image() -> str:
-    """KERNEL_IMAGE (a kernel image and its headers)."""
-    return _build_variant("kernel", KERNEL_PACKAGES)
-
-
-def host_ca_bundle() -> str | None:
-    for candidate in (os.environ.get("PIP_CERT"), "/etc/ssl/certs/ca-certificates.crt"):
-        if candidate and Path(candidate).is_file():
-            return candidate
-    return None
+from tests.lab.images import IMAGE, LABEL, docker, host_ca_bundle
+from tests.lab.stacks import TORCH
 
 
 @dataclass
@@ -135,7 +67,7 @@ class Lab:
 
     def down(self) -> None:
         """Remove this lab's containers and network, whatever state they are in."""
-        _remove(self.name, [self.docker_network])
+        remove_lab(self.name, [self.docker_network])
 
     def up(self) -> Path:
         """Fresh nodes and a matching hosts.yaml; returns the hosts.yaml path."""
@@ -185,7 +117,7 @@ class Lab:
 
     def write_hosts_yaml(self) -> None:
         lines = [
-            f"# Local container cluster {self.name!r} (tests/lab.py): controller -> 127.0.0.1:<port>,",
+            f"# Local container cluster {self.name!r} (tests/lab): controller -> 127.0.0.1:<port>,",
             "# node -> node by container name on a private Docker network.",
             f"cluster: {self.name}",
             f"ssh: {{user: {self.user}, identity: {self.key.name}}}",
@@ -213,7 +145,7 @@ class Lab:
     def wait_for_ssh(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         for i in range(1, self.nodes + 1):
-            _wait_for_sshd(self.container(i), deadline - time.monotonic())
+            wait_for_sshd(self.container(i), deadline - time.monotonic())
 
     def stop(self, index: int) -> None:
         docker("stop", "-t", "1", self.container(index))
@@ -246,78 +178,8 @@ class Lab:
         return subprocess.run(["docker", "exec", *who, self.container(index), *command], capture_output=True, text=True)
 
 
-@dataclass
-class Gapped:
-    """Bare nodes on a Docker network created `--internal` (no route out), reached only through a bastion that sits
-    on that network and on an ordinary one (its SSH published on 127.0.0.1): the air-gapped site of the bundle
-    tests. `hosts_yaml` writes a hosts.yaml that reaches the nodes through the bastion (ssh.proxy_jump)."""
 
-    name: str
-    nodes: int
-    workdir: Path
-
-    @property
-    def internal(self) -> str:
-        return f"hvdc-{self.name}-internal"
-
-    @property
-    def bastion(self) -> str:
-        return f"hvdc-{self.name}-bastion"
-
-    def container(self, index: int) -> str:
-        return f"hvdc-{self.name}-node{index}"
-
-    @property
-    def containers(self) -> list[str]:
-        return [self.container(i) for i in range(1, self.nodes + 1)]
-
-    @property
-    def key(self) -> Path:
-        return self.workdir / "controller_key"
-
-    def down(self) -> None:
-        _remove(self.name, [self.internal, f"hvdc-{self.name}"])
-
-    def up(self) -> None:
-        self.down()
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        if not self.key.exists():
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key)], check=True)
-        pub = self.key.with_suffix(".pub").read_text().strip()
-        label = f"{LABEL}={self.name}"
-        docker("network", "create", "--label", label, "--internal", self.internal)
-        docker("network", "create", "--label", label, f"hvdc-{self.name}")
-        for node in self.containers:
-            docker("run", "-d", "--name", node, "--hostname", node.rsplit("-", 1)[1], "--label", label,
-                   "--network", self.internal, "--shm-size", "512m", "-e", f"SSH_AUTHORIZED_KEY={pub}", IMAGE)
-        docker("run", "-d", "--name", self.bastion, "--hostname", "bastion", "--label", label,
-               "--network", f"hvdc-{self.name}", "-p", "127.0.0.1::22", "-e", f"SSH_AUTHORIZED_KEY={pub}", IMAGE)
-        docker("network", "connect", self.internal, self.bastion)
-        for container in [self.bastion, *self.containers]:
-            _wait_for_sshd(container)
-
-    def hosts_yaml(self, filename: str, stack: dict, network: dict, slots: int = 1) -> Path:
-        """A hosts.yaml in the work folder naming every node (by its container name) behind the bastion."""
-        port = int(docker("port", self.bastion, "22/tcp").splitlines()[0].rsplit(":", 1)[1])
-        host_key = " ".join(docker("exec", self.bastion, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").split()[:2])
-        hosts = [f"  - {{name: node{i}, address: {node}, slots: {slots}}}" for i, node in enumerate(self.containers, 1)]
-        path = self.workdir / filename
-        path.write_text("\n".join([
-            f"cluster: {self.name}",
-            "ssh:",
-            f"  identity: {self.key.name}",
-            f"  proxy_jump: {{host: 127.0.0.1, port: {port}, host_key: '{host_key}'}}",
-            "hosts:", *hosts,
-            f"stack: {json.dumps(stack)}",
-            f"network: {json.dumps(network)}", ""]))
-        return path
-
-    def sh(self, index: int, script: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["docker", "exec", self.container(index), "sh", "-c", script], capture_output=True,
-                              text=True)
-
-
-def _remove(name: str, networks: list[str]) -> None:
+def remove_lab(name: str, networks: list[str]) -> None:
     """Remove the containers labelled with this lab's name and its networks, whatever state they are in."""
     ids = docker("ps", "-aq", "--filter", f"label={LABEL}={name}").split()
     if ids:
@@ -327,41 +189,10 @@ def _remove(name: str, networks: list[str]) -> None:
             docker("network", "rm", ident, check=False)
 
 
-def _wait_for_sshd(container: str, timeout: float = 60) -> None:
+def wait_for_sshd(container: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while subprocess.run(["docker", "exec", container, "sh", "-c",
                           "test -s /etc/ssh/ssh_host_ed25519_key.pub && pgrep -x sshd"], capture_output=True).returncode:
         if time.monotonic() > deadline:
             raise RuntimeError(f"{container}: sshd did not start")
         time.sleep(0.3)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=["build", "up", "down"])
-    parser.add_argument("--packaged", action="store_true",
-                        help="build: also the image with the roles' distro packages (molecule horovod, gpu, conda)")
-    parser.add_argument("--kernel", action="store_true",
-                        help="build: also the image with a kernel image and its headers (molecule driver)")
-    parser.add_argument("--name", default="demo")
-    parser.add_argument("--nodes", type=int, default=3)
-    parser.add_argument("--dir", default=".demo", help="where hosts.yaml and the controller key go")
-    args = parser.parse_args(argv)
-    lab = Lab(args.name, args.nodes, Path(args.dir).resolve())
-    if args.action == "build":
-        if args.packaged:
-            build_packaged_image()  # each variant builds the bare image under it too
-        if args.kernel:
-            build_kernel_image()
-        if not (args.packaged or args.kernel):
-            build_image()
-    elif args.action == "up":
-        build_image()
-        print(lab.up())
-    else:
-        lab.down()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,73 +1,23 @@
 """hvd_preflight's rules (its filter plugin), fed with probe documents as hvd_node_state's host look returns them.
 
 The GPU, kernel, Secure Boot, MTU and clock cases cannot be provoked in a container here (no GPU, one shared
-kernel and clock, one bridge): these tests feed the judge what such nodes report instead."""
+kernel and clock, one bridge): these tests feed the judge what such nodes report instead.
+
+The rules held to hvdcluster's own (the compatibility matrix, hosts.yaml's names): tests/unit/test_preflight_compat.py.
+"""
 
 from __future__ import annotations
 
 import copy
 
-import pytest
-
-from tests.conftest import ROOT
+from ansible_collections.hvd.cluster.tests.unit.plugins.filter.preflight_probe import PLAN, checks, judge, probe
 
 from ansible_collections.hvd.cluster.plugins.filter import hvd_preflight as rules
-
-PLAN = {
-    "set_hostname": False, "supported_os": {"Debian": ["12"], "Ubuntu": ["22.04", "24.04"]}, "tmp_dir": "/tmp",
-    "min_free_gb": 6.0, "min_shm_mb": 256, "cuda": "", "driver": "", "gcc_max": "", "gpu_rules": [],
-    "probe_port": 50123, "ephemeral_ports": [32768, 60999], "max_clock_skew_s": 5, "controller_time": [1000.0, 1003.0],
-}
-
-
-def probe(name: str, peer: str, **changes) -> dict:
-    doc = {
-        "time": 1001.0, "hostname": name, "uid": 0, "tmp_error": "", "free_gb": {"/opt": 40.0}, "shm_mb": 1024,
-        "kernel": {"running": "6.1.0-18-amd64", "newer": [], "headers": True, "headers_candidate": ""},
-        "secure_boot": None, "nvidia": {"gpus": [], "pci_devices": 0, "loaded": "", "installed": [], "nouveau": False},
-        "gcc": {"gcc": "12", "g++": "12", "host_cxx": ""},
-        "interfaces": {"eth0": {"ipv4": "10.0.0.1", "mtu": 1500}}, "ephemeral_ports": [32768, 60999],
-        "peers": [{"name": peer, "address": f"{peer}-fab", "route": {"resolved": "10.0.0.2", "local": "10.0.0.1",
-                                                                      "iface": "eth0", "mtu": 1500},
-                   "ssh": {"port": 22, "error": ""}, "probe": {"port": 50123, "error": ""}}],
-        "os": {"distribution": "Debian", "version": "12", "major": "12"}, "container": False, "kernel_module": False,
-        "mpi": {"noninteractive": "", "version": "", "login": ""},
-    }
-    for key, value in changes.items():
-        doc[key] = value
-    return doc
-
-
-def judge(a: dict | None = None, b: dict | None = None, **plan) -> dict:
-    return rules.hvd_preflight_findings({"a": a or probe("a", "b"), "b": b or probe("b", "a")}, {**PLAN, **plan})
-
-
-def checks(found: dict, host: str) -> set[str]:
-    return {f["check"] for f in found[host]}
 
 
 def test_healthy_pair_has_no_findings() -> None:
     assert judge() == {"a": [], "b": []}
     assert rules.hvd_preflight_report({"a": [], "b": []}) == ["all 2 nodes passed every pre-flight check"]
-
-
-@pytest.mark.parametrize("name, reason", [
-    ("node-1", None), ("gpu01.example.org", None), ("GPU01", None), ("node_1", "bad character '_'"),
-    ("-node", "starts with a hyphen"), ("node-", "ends with a hyphen"), ("a" * 64, "at most 63"),
-    ("10.0.0", "looks like an IPv4 address"), ("node.123", "all digits")])
-def test_a_node_hostname_is_judged_by_the_rule_hosts_yaml_names_are(name: str, reason: str | None) -> None:
-    """The pre-flight and hosts.yaml's loader apply one RFC 1123 rule (plugins/module_utils/hvd_names.py) and give
-    the same reason."""
-    from hvdcluster.spec import names
-
-    found = judge(a=probe(name, "b"))["a"]
-    hostname = [f for f in found if f["check"] == "hostname-valid"]
-    if reason is None:
-        assert hostname == []
-        assert names.hostname_problem(name.lower()) is None
-    else:
-        assert reason in hostname[0]["found"] and reason in names.hostname_problem(name.lower())
-    assert judge(a=probe(name, "b"), set_hostname=True)["a"] == []  # the converge renames it
 
 
 def test_every_finding_names_host_check_found_expected_fix() -> None:
@@ -98,30 +48,6 @@ def test_driver_library_mismatch() -> None:
     found = judge(b=probe("b", "a", nvidia=nv))
     assert checks(found, "b") == {"driver-loaded"}
     assert "mismatch" in found["b"][0]["expected"]
-
-
-def test_gpu_rules_from_the_matrix() -> None:
-    from hvdcluster import compat
-
-    gpu_rules = compat.preflight_vars({"cuda": "11.7"})["hvd_preflight_gpu_rules"]
-    h100 = {"gpus": ["NVIDIA H100 80GB HBM3"], "pci_devices": 1, "loaded": "", "installed": [], "nouveau": False}
-    k80 = dict(h100, gpus=["Tesla K80"])
-    found = judge(probe("a", "b", nvidia=h100), probe("b", "a", nvidia=k80), cuda="11.7", driver="550",
-                  gpu_rules=gpu_rules)
-    assert "gpu-supported" in checks(found, "a") and "11.8" in found["a"][0]["expected"]
-    assert {f["expected"] for f in found["b"] if f["check"] == "gpu-supported"} == {"driver branch <= 470"}
-    assert "gpu-models" in checks(found, "a") | checks(found, "b")
-
-
-def test_gcc_newer_than_nvcc_accepts() -> None:
-    from hvdcluster import compat
-
-    gcc_max = compat.preflight_vars({"cuda": "11.8"})["hvd_preflight_gcc_max"]
-    assert gcc_max == "11"
-    found = judge(cuda="11.8", gcc_max=gcc_max)
-    assert checks(found, "a") == {"gcc-nvcc"} and "g++-11" in found["a"][0]["fix"]
-    pinned = probe("a", "b", gcc={"gcc": "12", "g++": "12", "host_cxx": "11.4.0"})
-    assert judge(a=pinned, cuda="11.8", gcc_max=gcc_max)["a"] == []
 
 
 def test_peer_ports_are_judged_on_the_target() -> None:
@@ -189,7 +115,7 @@ def test_a_plan_held_to_one_archive_names_why_with_the_node_it_refuses() -> None
 def test_the_host_look_runs_here_as_the_module_runs_it_and_gives_what_the_judge_reads(tmp_path) -> None:
     """The real look (hvd_node_state with ``look``, run as Ansible runs a module), on this machine, against a
     loopback peer whose ports are closed."""
-    from tests.unit.test_modules import run_module
+    from ansible_collections.hvd.cluster.tests.unit.plugins.support import run_module
 
     args = {"peers": [{"name": "lo", "address": "127.0.0.1", "port": 1, "probe_port": 2}],
             "paths": [str(tmp_path)], "tmp_dir": str(tmp_path), "host_cxx": ""}
@@ -205,37 +131,3 @@ def test_the_host_look_runs_here_as_the_module_runs_it_and_gives_what_the_judge_
     live.update(os={"distribution": "Debian", "version": "12", "major": "12"}, mpi={}, kernel_module=False)
     found = rules.hvd_preflight_findings({"here": live}, {**PLAN, "controller_time": []})
     assert "peer-reachable" in {f["check"] for f in found["lo"]}
-
-
-MODELS = ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB", "Tesla V100-SXM2-32GB", "NVIDIA L4", "Tesla T4",
-          "NVIDIA B200", "NVIDIA GeForce RTX 3090"]
-
-
-@pytest.mark.parametrize("cuda", ["10.2", "11.0", "11.8", "12.0.1", "12.8", "12.9", "13.0"])
-def test_the_pre_flight_and_the_resolver_judge_a_gpu_and_its_cuda_alike(cuda: str) -> None:
-    """The matrix's GPU rows as the inventory carries them (compat.preflight_vars) and as the resolver reads them
-    (the catalog): one judgement of CUDA and driver branch limits (plugins/module_utils/hvd_limits.py)."""
-    from hvdcluster.compat import matrix, rules as resolver
-
-    plan = matrix.preflight_vars({"cuda": cuda})
-    catalog = matrix._Catalog(matrix._matrix())
-    for model in MODELS:
-        for driver in ("535.104.05", "580.65.06", "590.1"):
-            node = probe("a", "b", nvidia={"gpus": [model], "pci_devices": 1, "loaded": "", "installed": [],
-                                           "nouveau": False})
-            found = judge(a=node, cuda=cuda, driver=driver, gpu_rules=plan["hvd_preflight_gpu_rules"])["a"]
-            flagged = {f["found"].rsplit(" with ", 1)[1].split()[0] for f in found if f["check"] == "gpu-supported"}
-            assert ("CUDA" in flagged) == any(resolver._cuda_vs_gpu(catalog, cuda, (model,))), (model, cuda)
-            by_branch = [m for m, _ in resolver._driver_vs_gpu(catalog, driver, (model,)) if "driver branch" in m]
-            assert ("driver" in flagged) == bool(by_branch), (model, driver)
-
-
-@pytest.mark.parametrize("gcc, cuda", [("12.2.0", "11.8"), ("11.4.0", "11.8"), ("13.1.0", "12.4"), ("12.3.0", "12.4")])
-def test_the_pre_flight_and_the_resolver_judge_the_host_compiler_alike(gcc: str, cuda: str) -> None:
-    from hvdcluster.compat import matrix, rules as resolver
-
-    plan = matrix.preflight_vars({"cuda": cuda})
-    node = probe("a", "b", gcc={"gcc": gcc, "g++": gcc, "host_cxx": ""})
-    found = judge(a=node, cuda=cuda, gcc_max=plan.get("hvd_preflight_gcc_max", ""))["a"]
-    catalog = matrix._Catalog(matrix._matrix())
-    assert ("gcc-nvcc" in {f["check"] for f in found}) == any(resolver._cuda_vs_gcc(catalog, cuda, gcc)), (gcc, cuda)

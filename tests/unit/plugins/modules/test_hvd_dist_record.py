@@ -1,0 +1,95 @@
+"""hvd_dist_record: the fingerprint of an installed distribution's RECORD (and of files beside it), tested through
+its function and as Ansible runs it, on real folders.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.hvd.cluster.tests.unit.plugins.support import run_module, sha
+
+from ansible_collections.hvd.cluster.plugins.modules import hvd_dist_record
+
+
+# ------------------------------------------------------------------------------------------ hvd_dist_record
+
+
+def install_dist(prefix: Path, folder: str, record: bytes = b"horovod/__init__.py,sha256=abc,10\n") -> Path:
+    """A distribution as pip leaves it: <prefix>/lib/python3.11/site-packages/<folder>/RECORD."""
+    info = prefix / "lib" / "python3.11" / "site-packages" / folder
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "RECORD").write_bytes(record)
+    return info / "RECORD"
+
+
+def test_dist_record_fingerprint_is_the_records_mtime_and_content(tmp_path: Path) -> None:
+    record = install_dist(tmp_path / "env", "horovod-0.28.1.dist-info")
+    install_dist(tmp_path / "env", "horovod_extras-1.0.dist-info")  # another distribution whose name starts alike
+    found = hvd_dist_record.fingerprint(str(tmp_path / "env"), "horovod")
+    assert found["record"] == str(record)
+    assert found["sha256"] == sha(b"%d " % record.stat().st_mtime_ns + record.read_bytes())
+    assert "files_sha256" not in found
+
+
+@pytest.mark.parametrize("folder", ["Horovod-0.28.1.dist-info", "horovod-0.28.1.dist-info"])
+def test_dist_record_is_found_by_the_name_packaging_normalises(tmp_path: Path, folder: str) -> None:
+    install_dist(tmp_path / "env", folder)
+    assert hvd_dist_record.fingerprint(str(tmp_path / "env"), "Horovod")["sha256"] != "none"
+    install_dist(tmp_path / "env", "nvidia_nccl_cu12-2.21.5.dist-info")
+    assert hvd_dist_record.fingerprint(str(tmp_path / "env"), "nvidia-nccl.cu12")["sha256"] != "none"
+
+
+def test_any_reinstall_changes_the_fingerprint_even_of_the_same_wheel(tmp_path: Path) -> None:
+    record = install_dist(tmp_path / "env", "horovod-0.28.1.dist-info")
+    before = hvd_dist_record.fingerprint(str(tmp_path / "env"), "horovod")["sha256"]
+    stat = record.stat()
+    os.utime(record, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # pip rewrote it, same bytes
+    assert hvd_dist_record.fingerprint(str(tmp_path / "env"), "horovod")["sha256"] != before
+
+
+def test_a_distribution_not_installed_fingerprints_as_none(tmp_path: Path) -> None:
+    install_dist(tmp_path / "env", "torch-2.3.1.dist-info")
+    assert hvd_dist_record.fingerprint(str(tmp_path / "env"), "horovod") == {"record": "", "sha256": "none"}
+    assert hvd_dist_record.fingerprint(str(tmp_path / "missing"), "horovod")["sha256"] == "none"
+
+
+def stamped(path: Path) -> bytes:
+    """What the verify fingerprint feeds for one file: path, mtime_ns, content; a missing file as path and '-'."""
+    if not path.exists():
+        return os.fsencode(path) + b" -\0"
+    return b"%s %d\0" % (os.fsencode(path), path.stat().st_mtime_ns) + path.read_bytes() + b"\0"
+
+
+def test_files_digest_covers_each_file_then_the_record_and_counts_missing_files(tmp_path: Path) -> None:
+    hosts, gone = tmp_path / "hosts", tmp_path / "hvd_cuda.fact"
+    hosts.write_text("10.0.0.1 gpu01\n")
+    record = install_dist(tmp_path / "env", "horovod-0.28.1.dist-info")
+    files = [str(hosts), str(gone)]
+    found = hvd_dist_record.fingerprint(str(tmp_path / "env"), "horovod", files)
+    assert found["files_sha256"] == sha(stamped(hosts) + stamped(gone) + stamped(record))
+    record.unlink()
+    assert hvd_dist_record.fingerprint(str(tmp_path / "env"), "horovod", files)["files_sha256"] == sha(
+        stamped(hosts) + stamped(gone) + b"no horovod")
+
+
+def test_files_digest_changes_when_a_file_is_rewritten_with_the_same_bytes(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts"
+    hosts.write_text("10.0.0.1 gpu01\n")
+    before = hvd_dist_record.fingerprint(str(tmp_path / "env"), "horovod", [str(hosts)])["files_sha256"]
+    stat = hosts.stat()
+    os.utime(hosts, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert hvd_dist_record.fingerprint(str(tmp_path / "env"), "horovod", [str(hosts)])["files_sha256"] != before
+
+
+def test_dist_record_module_only_reads_and_runs_in_check_mode(tmp_path: Path) -> None:
+    record = install_dist(tmp_path / "env", "horovod-0.28.1.dist-info")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    result = run_module("hvd_dist_record", {"prefix": str(tmp_path / "env"), "files": [str(record)]}, check=True)
+    assert result["changed"] is False and not result.get("failed")
+    assert result["record"] == str(record) and result["sha256"] == hvd_dist_record.fingerprint(
+        str(tmp_path / "env"), "horovod")["sha256"]
+    assert len(result["files_sha256"]) == 64
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
