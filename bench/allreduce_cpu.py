@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.cpu_split import node_cpu_seconds  # noqa: E402
+from benchargs import arguments  # noqa: E402
 from hvdcluster.paths import controller_cache  # noqa: E402
 from tests.lab.cluster import Lab  # noqa: E402
 from tests.lab.images import build_packaged_image  # noqa: E402
@@ -51,6 +52,7 @@ def allreduce(lab: Lab, controller: str, size: int, spin: bool) -> tuple[float, 
 
 
 def main() -> None:
+    arguments(__doc__)  # -h/--help: the docstring, before any lab is started
     repeat = int(sys.argv[1]) if len(sys.argv) > 1 else 2
     image = build_packaged_image()
     with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:

@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchargs import arguments  # noqa: E402
 from tests.lab.cluster import Lab  # noqa: E402
 from tests.lab.images import build_image, docker  # noqa: E402
 from tests.lab.stacks import cpu_stack  # noqa: E402
@@ -118,6 +119,7 @@ def gpu_extra(tmp: Path) -> None:
 
 
 def main() -> None:
+    arguments(__doc__)  # -h/--help: the docstring, before any lab is started
     build_image()
     with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:
         if "--gpu-only" not in sys.argv:

@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchargs import arguments  # noqa: E402
 from tests.lab.cluster import Lab  # noqa: E402
 from tests.lab.images import build_image  # noqa: E402
 from tests.lab.stacks import cpu_stack  # noqa: E402
@@ -49,6 +50,7 @@ def load() -> str:
 
 
 def main() -> None:
+    arguments(__doc__)  # -h/--help: the docstring, before any lab is started
     build_image()
     with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:
         lab = Lab("benchc", 4, Path(tmp), slots=1, stack=STACK)

@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchargs import arguments  # noqa: E402
 from tests.conda_channel import build  # noqa: E402
 from tests.lab.stacks import BASE_PACKAGES  # noqa: E402
 
@@ -44,6 +45,7 @@ def packed_mib(prefix: Path, out: Path) -> float:
 
 
 def main() -> None:
+    arguments(__doc__)  # -h/--help: the docstring, before any lab is started
     started = time.monotonic()
     channel = build()
     cached = time.monotonic() - started

@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchargs import arguments  # noqa: E402
 from hvdcluster.paths import controller_cache  # noqa: E402
 from tests.lab.cluster import Lab  # noqa: E402
 from tests.lab.images import PACKAGED_IMAGE, build_packaged_image, docker  # noqa: E402
@@ -57,6 +58,7 @@ def measured(lab: Lab, *args: str) -> str:
 
 
 def main() -> None:
+    arguments(__doc__)  # -h/--help: the docstring, before any lab is started
     repeat = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     image = build_packaged_image()
     with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:

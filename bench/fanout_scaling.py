@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchargs import arguments  # noqa: E402
 from tests.lab.cluster import Lab  # noqa: E402
 from tests.lab.images import build_image, docker  # noqa: E402
 from tests.lab.stacks import cpu_stack  # noqa: E402
@@ -132,6 +133,7 @@ def one_size(n: int, tmp: Path, settings: bool) -> None:
 
 
 def main() -> None:
+    arguments(__doc__)  # -h/--help: the docstring, before any lab is started
     sizes = [int(x) for x in (sys.argv[1] if len(sys.argv) > 1 else "1,4,16").split(",")]
     build_image()
     with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:

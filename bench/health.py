@@ -21,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchargs import arguments  # noqa: E402
 from tests.lab.cluster import Lab  # noqa: E402
 from tests.lab.images import build_image  # noqa: E402
 
@@ -36,6 +37,7 @@ def run(lab: Lab, *args: str) -> tuple[float, int]:
 
 
 def main() -> None:
+    arguments(__doc__)  # -h/--help: the docstring, before any lab is started
     build_image()
     repeat = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:

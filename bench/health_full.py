@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
+from benchargs import arguments  # noqa: E402
 from hvdcluster import culprit, health  # noqa: E402
 
 HVDCLUSTER = str(Path(sys.executable).parent / "hvdcluster")
@@ -138,6 +139,7 @@ def containers() -> None:
 
 
 def main() -> None:
+    arguments(__doc__)  # -h/--help: the docstring, before any lab is started
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     repeat = int(args[0]) if args else 5
     quick16(repeat)

@@ -73,7 +73,7 @@ def timed(lab: Lab, env: dict[str, str], *args: str) -> tuple[float, int | None,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--version", default="0.3.54", help="the Mitogen release to measure")
     args = parser.parse_args()

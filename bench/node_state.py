@@ -39,7 +39,7 @@ def look(prefix: str, deep: bool) -> tuple[float, float, dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prefix", default=sys.prefix, help="the env to look at (default: %(default)s)")
     parser.add_argument("--deep", action="store_true", help="hash every file the RECORDs list (check --deep)")
     options = parser.parse_args()

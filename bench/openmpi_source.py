@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import sha256_of  # noqa: E402
+from benchargs import arguments  # noqa: E402
 from hvdcluster import paths  # noqa: E402
 from tests.debsrc import orig_tarball  # noqa: E402
 from tests.lab.cluster import Lab  # noqa: E402
@@ -54,6 +55,7 @@ def task_seconds(log: str) -> dict[str, float]:
 
 
 def main() -> None:
+    arguments(__doc__)  # -h/--help: the docstring, before any lab is started
     build_image()
     tarball = Path(orig_tarball("openmpi"))
     version = tarball.name.split("_", 1)[1].split(".orig", 1)[0]

@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchargs import arguments  # noqa: E402
 from tests.lab.cluster import Lab  # noqa: E402
 from tests.lab.images import build_image  # noqa: E402
 from tests.lab.stacks import cpu_stack  # noqa: E402
@@ -50,6 +51,7 @@ def timed(lab: Lab, *args: str) -> tuple[float, int, dict]:
 
 
 def main() -> None:
+    arguments(__doc__)  # -h/--help: the docstring, before any lab is started
     build_image()
     with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:
         lab = Lab("benchr", 3, Path(tmp), slots=1, stack=STACK)

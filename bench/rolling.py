@@ -38,6 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchargs import arguments  # noqa: E402
 from tests.lab.cluster import Lab  # noqa: E402
 from tests.lab.images import build_image  # noqa: E402
 from tests.lab.stacks import TORCH  # noqa: E402
@@ -114,6 +115,7 @@ def warm(lab: Lab, repeat: int, runs: dict[str, list[str]]) -> None:
 
 
 def main() -> None:
+    arguments(__doc__)  # -h/--help: the docstring, before any lab is started
     args = sys.argv[1:]
     is_cold, quick = args[:1] == ["--cold"], args[:1] == ["--quick"]
     args = args[1:] if is_cold or quick else args

@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchargs import arguments  # noqa: E402
 from tests.cluster.conftest import SUDO_USER, share_the_cores  # noqa: E402
 from tests.lab.cluster import Lab  # noqa: E402
 from tests.lab.images import build_packaged_image  # noqa: E402
@@ -72,6 +73,7 @@ def median(values: list[float]) -> str:
 
 
 def main() -> None:
+    arguments(__doc__)  # -h/--help: the docstring, before any lab is started
     repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     image = build_packaged_image()
     with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:

@@ -21,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchargs import arguments  # noqa: E402
 from hvdcluster import paths  # noqa: E402
 from tests.lab.cluster import Lab  # noqa: E402
 from tests.lab.images import build_image  # noqa: E402
@@ -49,6 +50,7 @@ def _copy(lab: Lab, artifact: Path, compress: bool) -> tuple[float, float]:
 
 
 def main() -> int:
+    arguments(__doc__)  # -h/--help: the docstring, before any lab is started
     build_image()
     with tempfile.TemporaryDirectory(prefix="hvd-bench-ssh-") as tmp:
         scratch = Path(tmp)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -386,3 +387,18 @@ def test_each_small_rule_has_one_home_that_its_users_call(rule: str) -> None:
                if path.suffix in (".py", ".yml", ".j2", ".sh") and path.is_file() and path.relative_to(ROOT) != Path(home)
                for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1) if pattern.search(line)]
     assert not seconds, f"{rule}: a second copy beside {home}:\n" + "\n".join(seconds)
+
+
+BENCHES = sorted(p.name for p in (ROOT / "bench").glob("*.py") if p.name != "benchargs.py")
+
+
+@pytest.mark.parametrize("bench", BENCHES)
+def test_a_benchmark_says_what_it_measures_on_help_and_starts_nothing(bench: str, tmp_path: Path) -> None:
+    """`python bench/X.py --help` prints the script's docstring and exits 0 before it starts a lab or builds anything:
+    Docker is pointed at a socket that does not exist, so a script that reached for it would fail."""
+    proc = subprocess.run([str(BIN / "python"), str(ROOT / "bench" / bench), "--help"], cwd=tmp_path,
+                          env={**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    first = (ast.get_docstring(ast.parse((ROOT / "bench" / bench).read_text())) or "").strip().splitlines()[0]
+    assert first and first in proc.stdout, proc.stdout[-2000:]
