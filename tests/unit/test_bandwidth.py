@@ -26,7 +26,7 @@ from ansible_collections.hvd.cluster.tests.unit.plugins.support import own_gpu_f
 from hvdcluster import bandwidth, cli, culprit, health, nodestate
 from hvdcluster.cli import stages
 from tests.unit.health_readings import fake_tool, module_reading, pci, reading
-from tests.unit.test_cli import SHARED, FakeRun, fake_launches, fake_leases, record_converged
+from tests.unit.cli_fakes import SHARED, FakeRun, fake_launches, fake_leases, record_converged
 
 H100_Q = "nvidia-smi-q_h100-sxm-2gpu_550.144.03.txt"
 L4_Q = "nvidia-smi-q_l4_555.42.06_pcie-gen1-of-4_x8-of-x16.txt"
@@ -503,7 +503,7 @@ def test_health_full_refuses_nodes_with_running_work_and_runs_nothing(hosts, ren
 
 def test_run_refuses_a_node_whose_last_health_failed_naming_node_and_item_and_no_gate_launches(
         hosts, rendered, capsys, monkeypatch) -> None:
-    from tests.unit.test_cli import fake_reading
+    from tests.unit.cli_fakes import fake_reading
 
     root = rendered / "c1"
     bad = {"healthy": False, "findings": [{"item": "gpu.ecc.0000:07:00.0", "severity": "fail",
@@ -544,7 +544,7 @@ ECC = "nvidia-smi-q-d-ECC_h100_550.144.03_dram-uncorrectable.txt"
 
 def test_up_ends_with_the_health_read_and_a_failing_node_is_not_ready_exit_1(hosts, rendered, capsys,
                                                                              monkeypatch) -> None:
-    from tests.unit.test_cli import fake_reading
+    from tests.unit.cli_fakes import fake_reading
 
     root = rendered / "c1"
     record_converged(root)
@@ -566,7 +566,7 @@ def test_up_ends_with_the_health_read_and_a_failing_node_is_not_ready_exit_1(hos
 
 
 def test_up_on_cpu_nodes_is_ready_every_item_not_applicable(hosts, rendered, capsys, monkeypatch) -> None:
-    from tests.unit.test_cli import fake_reading
+    from tests.unit.cli_fakes import fake_reading
 
     root = rendered / "c1"
     record_converged(root)
