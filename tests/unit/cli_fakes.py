@@ -1,5 +1,5 @@
 """What the command's unit tests share (test_cli.py, test_cli_run_check.py, test_cli_lock.py, test_up_fast_path.py,
-test_health_full_cli.py): a refusal checked to write nothing, stand-ins for Ansible (the playbook run, the
+test_bandwidth_cli.py): a refusal checked to write nothing, stand-ins for Ansible (the playbook run, the
 tracked run of site.yml), the nodes' reading, the job leases and the launches over SSH."""
 
 from __future__ import annotations
