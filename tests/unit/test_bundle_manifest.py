@@ -15,23 +15,10 @@ import pytest
 from hvdcluster import bundle, cli, inventory, spec
 from hvdcluster.cli.common import with_bundle
 from hvdcluster.errors import HvdError
+from tests.unit.bundle_fakes import make_bundle
 
 from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bundle as LIB
 from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bundle_cache as CACHE
-
-
-
-def make_bundle(folder: Path, files: dict[str, bytes]) -> Path:
-    entries = []
-    for rel, data in files.items():
-        path = folder / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-        entries.append({"path": rel, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
-                        "why": f"test file {rel}"})
-    (folder / "manifest.yaml").write_text(LIB.dump(entries, {"by": "test"}))
-    return folder
-
 
 FILES = {
     "apt/zstd_1.5.4_amd64.deb": b"deb zstd " * 100,
