@@ -1,6 +1,6 @@
-"""What the ``hvdcluster health`` tests share (test_health_cli.py, test_health_cli_own.py, test_bandwidth.py): a node's
-reading as hvd_health_read returns it, a folder standing in for a GPU node's /, fake GPU tools, the module run as
-Ansible runs it, and health.read answered without Ansible."""
+"""What the ``hvdcluster health`` tests share (test_health_cli.py, test_health_cli_own.py, test_bandwidth.py,
+test_pcie_acs_iommu.py, test_bandwidth_cli.py): a node's reading as hvd_health_read returns it, a folder standing in
+for a GPU node's /, fake GPU tools, the module run as Ansible runs it, and health.read answered without Ansible."""
 
 from __future__ import annotations
 
