@@ -41,6 +41,7 @@ class Decision:
 
     kind: str
     records_current: bool  # the records were made from these very inputs: nodes are held to their own
+    digest: str  # the inputs' digest as decide read it (what a repair or a change of inputs records)
     why: str = ""  # FULL: why every node converges
     todo: repair.Repair | None = None  # REPAIR, CHANGE (and IN_SYNC, BY_HAND: what the read found)
     want: dict[str, dict | None] = field(default_factory=dict)  # each node's record
@@ -102,15 +103,15 @@ def decide(session: stages.Session, *, full: bool, health: bool, step: tuple[int
     from .. import drift, drift_text, inputs, nodestate
 
     args, console, root, names = session.args, session.console, session.root, session.names
-    recorded = nodestate.recorded_inputs(root)
-    current = bool(recorded) and recorded == nodestate.inputs_digest(root)
+    recorded, digest = nodestate.recorded_inputs(root), nodestate.inputs_digest(root)
+    current = bool(recorded) and recorded == digest
 
     def say(text: str) -> None:
         console.step(*step, text) if step else console.write(text)
 
     def converge_all(why: str) -> Decision:
         say(f"every node converges: {why}")
-        return Decision(FULL, current, why)
+        return Decision(FULL, current, digest, why)
 
     if full:
         flags = [f"--{k}" for k in ("full", "limit", "tags", "check", "verify") if getattr(args, k, None)]
@@ -134,7 +135,7 @@ def decide(session: stages.Session, *, full: bool, health: bool, step: tuple[int
     reading = nodestate.read(root, hosts=names, deep=deep, health=health and changed is None)
     if reading.unreachable:
         console.write(f"  not read: {', '.join(reading.unreachable)}: converging every node")
-        return Decision(FULL, current, "a node could not be read")
+        return Decision(FULL, current, digest, "a node could not be read")
     report = drift.compare(want, reading.found, [])
     if deep:
         nodestate.note_deep_findings(root, found=[n for n in names if drift.env_files_differ(report, n)],
@@ -145,14 +146,14 @@ def decide(session: stages.Session, *, full: bool, health: bool, step: tuple[int
         if todo.reinstalled:
             console.write(f"  reinstalled since the last converge: {', '.join(todo.reinstalled)}: converging every "
                           "node")
-            return Decision(FULL, current, "a node was reinstalled")
-        return Decision(CHANGE, current, todo=todo, want=want, reading=reading, report=report, changed=changed)
+            return Decision(FULL, current, digest, "a node was reinstalled")
+        return Decision(CHANGE, current, digest, todo=todo, want=want, reading=reading, report=report, changed=changed)
     todo = dataclasses.replace(repair.plan(report, names), deep=deep)
     for node in todo.reinstalled:
         console.write(f"  {node}: reinstalled since its last converge ({drift.REINSTALLED} changed): the "
                       "pre-flight and every role run on it, never a partial repair")
     kind = IN_SYNC if not report.drifted else BY_HAND if not todo.targets else REPAIR
-    return Decision(kind, current, todo=todo, want=want, reading=reading, report=report)
+    return Decision(kind, current, digest, todo=todo, want=want, reading=reading, report=report)
 
 
 def _pass(session: stages.Session, decision: Decision) -> tuple[stages.Pass, str, bool, str | None]:
@@ -179,12 +180,12 @@ def _pass(session: stages.Session, decision: Decision) -> tuple[stages.Pass, str
         return (stages.Pass(tags=todo.tags, extravars=extravars, desired=decision.want, records_current=True,
                             changed=todo.targets, health=names),
                 f"repair {', '.join(todo.targets)} ({roles}), then prove the whole cluster ({repair.POST_FLIGHT})",
-                True, nodestate.recorded_inputs(root))
+                True, decision.digest)
     # CHANGE: every node read back against its peers (the records were made from the old inputs)
     return (stages.Pass(tags=todo.tags, extravars=extravars, desired=decision.want, records_current=False,
                         health=names),
             f"converge every node ({roles}), then prove the whole cluster ({repair.POST_FLIGHT})", True,
-            nodestate.inputs_digest(root))
+            decision.digest)
 
 
 def _extra(decision: Decision, outcome: stages.Outcome) -> dict[str, Any]:
