@@ -3,7 +3,7 @@ Open MPI's single-copy path between ranks on a node does: prints "cma", or "refu
 without CAP_SYS_PTRACE under Docker's seccomp profile; Yama's ptrace_scope 2 or 3). The reader is the child, the
 target its parent, which allows any reader the way Open MPI's ranks do (PR_SET_PTRACER_ANY): under ptrace_scope 1
 this reads as the ranks would, not as a parent reading its own child. Standard library only; run by hvd_openmpi
-with the node's python3 as the login user (tests/unit/test_cma_probe.py runs it here and in a container)."""
+with the node's python3 as the login user (tests/cluster/test_cma_probe.py runs it in a container)."""
 
 import ctypes
 import errno
