@@ -5,12 +5,13 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-tests/setup.sh
+# What prepares the demo goes to stderr: stdout is `hvdcluster up`'s alone (its --json document, for one).
+tests/setup.sh >&2
 if [ "${1:-}" = "down" ]; then
     exec .venv/bin/python -m tests.lab down --name demo
 fi
 # Fresh nodes have fresh host keys and nothing of the last demo's state: forget what was recorded for those.
 rm -rf .demo/inventories/demo/ssh/known_hosts .demo/inventories/demo/state
-.venv/bin/python -m tests.lab up --name demo --nodes "${HVD_DEMO_NODES:-3}" --dir .demo
+.venv/bin/python -m tests.lab up --name demo --nodes "${HVD_DEMO_NODES:-3}" --dir .demo >&2
 cd .demo
 exec ../.venv/bin/hvdcluster up hosts.yaml "$@"
