@@ -40,7 +40,7 @@ def load(folder: str | os.PathLike[str]) -> dict:
 
 # {bundle folder: (manifest sha256, when the check began, {path: (sha256, stat key)}, the manifest)}: the files this
 # process checked, and the manifest it authenticated (trusted_manifest: what the roles are handed).
-# `up` reads hosts.yaml twice (its fast path, then a full converge): the second check hashes only files whose inode,
+# A second check of one folder in one process (`up` itself now loads hosts.yaml once) hashes only files whose inode,
 # size, mtime or ctime changed since the first (and those changed in the second before it began: a file system's
 # clock is coarse, so a change that recent could leave the same times). The first check also writes what the
 # controller cache lacks from that same read, so hvd_base's module (another process) does not read the bundle's apt/

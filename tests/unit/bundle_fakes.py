@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,16 @@ def one_line(capsys: pytest.CaptureFixture[str]) -> str:
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     return err
+
+
+def opened_in(folder: Path) -> tuple[list[str], list[bool]]:
+    """The files under ``folder`` this process opens while the second item holds [True]."""
+    opened: list[str] = []
+    watching = [True]
+
+    def hook(event: str, args: tuple) -> None:
+        if watching[0] and event == "open" and isinstance(args[0], str) and args[0].startswith(str(folder)):
+            opened.append(args[0])
+
+    sys.addaudithook(hook)
+    return opened, watching

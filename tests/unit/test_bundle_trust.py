@@ -30,6 +30,7 @@ from tests.unit.bundle_fakes import (
     allowed_signers,
     digest,
     flip,
+    opened_in,
     hosts_file,
     keygen,
     one_line,
@@ -262,17 +263,10 @@ def test_an_apt_archive_already_in_the_cache_is_hashed_again_before_use(folder: 
 
 
 def test_a_second_check_in_one_run_reads_only_files_that_changed(folder: Path, cache: Path, tmp_path: Path) -> None:
-    """`up` reads hosts.yaml twice (fast path, then a full converge): the bundle is hashed once, unless a file
-    changed in between."""
+    """A second check of one bundle in one process (a caller that loads hosts.yaml again): the bundle is hashed once,
+    unless a file changed in between."""
     time.sleep(1.1)  # older than the file system's coarse clock can blur
-    opened: list[str] = []
-    watching = [True]
-
-    def hook(event: str, args: tuple) -> None:
-        if watching[0] and event == "open" and isinstance(args[0], str) and args[0].startswith(str(folder)):
-            opened.append(args[0])
-
-    sys.addaudithook(hook)
+    opened, watching = opened_in(folder)
     try:
         pin = digest(folder / "manifest.yaml")
         bundle.check_trusted(folder, sha256=pin, signers=None, hosts="h.yaml", cache_dir=cache)

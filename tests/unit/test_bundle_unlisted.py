@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hvdcluster import bundle, cli
-from tests.unit.bundle_fakes import digest, flip, hosts_file, one_line, snapshot, up
+from tests.unit.bundle_fakes import digest, flip, hosts_file, one_line, opened_in, snapshot, up
 from tests.unit.bundle_fakes import cache, folder  # noqa: F401 - fixtures: the tests below ask for them by name
 
 
@@ -26,19 +26,6 @@ UNLISTED = {  # what a bundle offers a rebuild if the roles list its folders: ea
     "conda package": "conda/noarch/evil-1.0-0.conda",
     "wheelhouse wheel": "wheelhouse/evil-1.0-py3-none-any.whl",
 }
-
-
-def opened_in(folder: Path) -> tuple[list[str], list[bool]]:
-    """The files under ``folder`` this process opens while the second item holds [True]."""
-    opened: list[str] = []
-    watching = [True]
-
-    def hook(event: str, args: tuple) -> None:
-        if watching[0] and event == "open" and isinstance(args[0], str) and args[0].startswith(str(folder)):
-            opened.append(args[0])
-
-    sys.addaudithook(hook)
-    return opened, watching
 
 
 @pytest.mark.parametrize("kind", sorted(UNLISTED))
