@@ -114,13 +114,14 @@ def copy_verified(src: str, dest: str, sha256: str, between=None) -> None:
             os.unlink(part)
 
 
-def add_stamped(digest, path: str) -> None:
-    """Feed ``digest`` with a file as it stands: its path, modification time (ns) and content, so a rewrite with
-    the same bytes counts too; a file that cannot be read is fed as its path and ``-`` (missing)."""
+def add_content(digest, path: str) -> None:
+    """Feed ``digest`` with a file as it stands: its path and content (a rewrite with the same bytes is the same
+    file: what depends on it cannot tell the two apart); a file that cannot be read is fed as its path and ``-``
+    (missing)."""
     name = os.fsencode(path)
     try:
         with open(path, "rb") as handle:
-            digest.update(b"%s %d\0" % (name, os.fstat(handle.fileno()).st_mtime_ns) + handle.read() + b"\0")
+            digest.update(name + b"\0" + handle.read() + b"\0")
     except OSError:
         digest.update(name + b" -\0")
 

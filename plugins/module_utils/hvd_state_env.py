@@ -19,7 +19,7 @@ import stat
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import (
     ABSENT,
     MANIFEST,
-    add_stamped,
+    add_content,
     d16,
     describe_problems,
     file_d16,
@@ -107,14 +107,15 @@ def record_sha256(paths: list[str]) -> str:
 
 def fingerprint(prefix: str, name: str, files: list[str] | None = None) -> dict[str, str]:
     """hvd_dist_record's answer: ``record`` (the first RECORD's path), ``sha256`` (record_sha256) and, with
-    ``files``, ``files_sha256``: those files, then the RECORDs, each as path, modification time and content
-    ("no <name>" in place of a RECORD when the distribution is not installed)."""
+    ``files``, ``files_sha256``: those files, then the RECORDs, each as path and content ("no <name>" in place of a
+    RECORD when the distribution is not installed). Not their modification times: a repair that puts back the bytes
+    the last passing allreduce saw leaves it as it was, so the post-flight proves only what changed."""
     paths = records(prefix, name)
     out = {"record": paths[0] if paths else "", "sha256": record_sha256(paths)}
     if files:
         digest = hashlib.sha256()
         for path in [*files, *paths]:
-            add_stamped(digest, path)
+            add_content(digest, path)
         if not paths:
             digest.update(b"no " + name.encode())
         out["files_sha256"] = digest.hexdigest()

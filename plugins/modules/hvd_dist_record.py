@@ -21,8 +21,9 @@ description:
     normalises it (case, and runs of '-', '_', '.'). Several (one per Python version of the prefix) are all
     fingerprinted, in path order.
   - Its fingerprint is the sha256 of its modification time (ns) and its content, 'none' when it is not installed.
-  - With I(files), also the sha256 of each of those files (path, modification time, content; missing ones counted
-    as missing) followed by the RECORD the same way ('no <name>' when it is not installed).
+  - With I(files), also the sha256 of each of those files (path and content; missing ones counted as missing)
+    followed by the RECORD the same way ('no <name>' when it is not installed): the post-flight's record of what its
+    allreduce depends on, which a rewrite with the same bytes leaves as it was.
   - Reads only; supports check mode.
 options:
   prefix:
@@ -59,7 +60,7 @@ sha256:
   type: str
   returned: always
 files_sha256:
-  description: sha256 of I(files) and then the RECORD (path, modification time and content each).
+  description: sha256 of I(files) and then the RECORD (path and content each).
   type: str
   returned: when files are given
 """

@@ -56,11 +56,11 @@ def test_a_distribution_not_installed_fingerprints_as_none(tmp_path: Path) -> No
     assert hvd_dist_record.fingerprint(str(tmp_path / "missing"), "horovod")["sha256"] == "none"
 
 
-def stamped(path: Path) -> bytes:
-    """What the verify fingerprint feeds for one file: path, mtime_ns, content; a missing file as path and '-'."""
+def fed(path: Path) -> bytes:
+    """What the verify fingerprint feeds for one file: path and content; a missing file as path and '-'."""
     if not path.exists():
         return os.fsencode(path) + b" -\0"
-    return b"%s %d\0" % (os.fsencode(path), path.stat().st_mtime_ns) + path.read_bytes() + b"\0"
+    return os.fsencode(path) + b"\0" + path.read_bytes() + b"\0"
 
 
 def test_files_digest_covers_each_file_then_the_record_and_counts_missing_files(tmp_path: Path) -> None:
@@ -69,21 +69,34 @@ def test_files_digest_covers_each_file_then_the_record_and_counts_missing_files(
     record = install_dist(tmp_path / "env", "horovod-0.28.1.dist-info")
     files = [str(hosts), str(gone)]
     found = hvd_dist_record.fingerprint(str(tmp_path / "env"), "horovod", files)
-    assert found["files_sha256"] == sha(stamped(hosts) + stamped(gone) + stamped(record))
+    assert found["files_sha256"] == sha(fed(hosts) + fed(gone) + fed(record))
     record.unlink()
     assert hvd_dist_record.fingerprint(str(tmp_path / "env"), "horovod", files)["files_sha256"] == sha(
-        stamped(hosts) + stamped(gone) + b"no horovod")
+        fed(hosts) + fed(gone) + b"no horovod")
 
 
-def test_files_digest_changes_when_a_file_is_rewritten_with_the_same_bytes(tmp_path: Path) -> None:
+def test_files_digest_is_the_bytes_a_repair_puts_back_and_changes_with_any_byte(tmp_path: Path) -> None:
+    """The post-flight's allreduce runs again when what it depends on differs from what the last passing one saw: a
+    repair that rewrites /etc/hosts with the same bytes (or installs the same wheel again) is not a difference, an
+    edited line is."""
     hosts = tmp_path / "hosts"
     hosts.write_text("10.0.0.1 gpu01\n")
-    before = hvd_dist_record.fingerprint(str(tmp_path / "env"), "horovod", [str(hosts)])["files_sha256"]
+    install_dist(tmp_path / "env", "horovod-0.28.1.dist-info")
+
+    def digest() -> str:
+        return hvd_dist_record.fingerprint(str(tmp_path / "env"), "horovod", [str(hosts)])["files_sha256"]
+
+    before = digest()
     stat = hosts.stat()
+    hosts.write_text("10.0.0.1 gpu01\n")
     os.utime(hosts, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
-    assert hvd_dist_record.fingerprint(str(tmp_path / "env"), "horovod", [str(hosts)])["files_sha256"] != before
-
-
+    assert digest() == before
+    hosts.write_text("10.0.0.2 gpu01\n")
+    assert digest() != before
+    hosts.write_text("10.0.0.1 gpu01\n")
+    assert digest() == before
+    hosts.unlink()
+    assert digest() != before
 def test_dist_record_module_only_reads_and_runs_in_check_mode(tmp_path: Path) -> None:
     record = install_dist(tmp_path / "env", "horovod-0.28.1.dist-info")
     before = sorted(p.name for p in tmp_path.rglob("*"))
