@@ -4,8 +4,9 @@
 Every ``pip install`` of a distribution (a reinstall of the same wheel too) rewrites its
 ``<name>-<version>.dist-info/RECORD``, so the digest of that file's modification time and content changes with
 any install: hvd_horovod runs its ``horovodrun --check-build`` gate again when it differs from the one that last
-passed. With ``files``, one more digest covers those files (path, modification time and content; a missing one
-counted as missing) and then the RECORD the same way: hvd_verify's fingerprint of what its allreduce depends on.
+passed. With ``files``, one more digest covers those files (path and content; a missing one counted as missing) and
+then the RECORD the same way: hvd_verify's fingerprint of what its allreduce depends on, which a repair that puts
+back the same bytes leaves as it was.
 
 It only reads: safe in check mode, never changes anything. The readers are hvd_node_state's
 (plugins/module_utils/hvd_state_env.py): one way of finding and reading a distribution's RECORD.
@@ -22,8 +23,8 @@ description:
     fingerprinted, in path order.
   - Its fingerprint is the sha256 of its modification time (ns) and its content, 'none' when it is not installed.
   - With I(files), also the sha256 of each of those files (path and content; missing ones counted as missing)
-    followed by the RECORD the same way ('no <name>' when it is not installed): the post-flight's record of what its
-    allreduce depends on, which a rewrite with the same bytes leaves as it was.
+    followed by the RECORD the same way ('no <name>' when it is not installed). This is the post-flight's record of
+    what its allreduce depends on, which a rewrite with the same bytes leaves as it was.
   - Reads only; supports check mode.
 options:
   prefix:
