@@ -185,9 +185,24 @@ def _record_differs(full: str, want_hash: str, size: int | None, deep: bool) -> 
     return ""
 
 
-def env_problems(prefix: str, dists: list[tuple[str, str, str, str]], deep: bool = False) -> list[tuple[str, str]]:
+def env_namer(prefix: str, dists: list[tuple[str, str, str, str]]):
+    """How env.files names a path of the env: relative to the site-packages holding it, else to the prefix."""
+    sites = sorted({site for dummy_name, dummy_version, site, dummy_info in dists}, key=len, reverse=True)
+
+    def name(full: str) -> str:
+        for site in sites:
+            if full.startswith(site + os.sep):
+                return os.path.relpath(full, site)
+        return os.path.relpath(full, prefix) if full.startswith(prefix + os.sep) else full
+
+    return name
+
+
+def env_problems(prefix: str, dists: list[tuple[str, str, str, str]], deep: bool = False,
+                 full_paths: bool = False) -> list[tuple[str, str]]:
     """What differs in the env at ``prefix`` from what was installed there, as (kind, name) with kind "missing",
-    "changed" or "added"; a path inside site-packages is named relative to it, any other relative to the prefix.
+    "changed" or "added"; a path inside site-packages is named relative to it, any other relative to the prefix
+    (``full_paths``: each as its full path, the way hvd_env_prune takes an addition out).
 
     - Every file hvd_tree's manifest (``.hvd-manifest``) lists is checked as hvd_tree does (size and modification
       time, ``deep``: sha256); every other file the RECORD of a distribution installed later (Horovod), or of any
@@ -197,14 +212,7 @@ def env_problems(prefix: str, dists: list[tuple[str, str, str, str]], deep: bool
       own markers account for is "added" - an extra distribution, a stray module, a ``*.pth`` or
       ``sitecustomize.py`` (both run at every interpreter start), a planted byte cache.
     """
-    sites = sorted({site for dummy_name, dummy_version, site, dummy_info in dists}, key=len, reverse=True)
-
-    def name(full: str) -> str:
-        for site in sites:
-            if full.startswith(site + os.sep):
-                return os.path.relpath(full, site)
-        return os.path.relpath(full, prefix) if full.startswith(prefix + os.sep) else full
-
+    name = (lambda full: full) if full_paths else env_namer(prefix, dists)  # noqa: E731 - one of two namers
     problems = []
     manifest = read_manifest(prefix)
     listed = set()

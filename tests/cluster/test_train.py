@@ -418,7 +418,11 @@ def test_up_cut_short_while_the_env_unpacks_and_while_the_wheel_installs_is_repa
     rc, doc, err = converged.up_json()
     assert rc == 0, err[-4000:]
     tasks = task_outcomes(doc["log"])
-    assert "ok" in tasks["Check every rank's sum"], tasks  # the cluster is proven again
+    # the env and the wheel are installed again from the same archive and wheel: mpirun reaches every node, the
+    # loop contract reads node2 back and its build gate passes below (the allreduce runs only where a byte it depends
+    # on differs from what its last pass saw)
+    assert tasks["Start one process per node with mpirun and collect the hostnames"] == {"ok"}, tasks
+    assert doc["not_repaired"] == [], doc["not_repaired"]
     assert lab2.exec(2, "sh", "-c", "ls -d /opt/hvd/.env.hvd-*").stdout == ""  # no leftovers beside the env
     check = lab2.exec(2, "/opt/hvd/env/bin/horovodrun", "--check-build")
     assert check.returncode == 0 and "[X] PyTorch" in check.stdout, check.stdout + check.stderr
@@ -446,7 +450,8 @@ def test_a_truncated_env_in_the_controller_cache_is_detected_named_and_rebuilt(c
     assert archive.stat().st_size > len(data) // 3
     digest = hashlib.sha256(archive.read_bytes()).hexdigest()
     assert (cache / f"env-{key}.tar.zst.sha256").read_text().split()[0] == digest
-    assert "ok" in task_outcomes(doc["log"])["Check every rank's sum"]  # proven again, not skipped
+    # an env built again (the same key, other bytes: its manifest differs) is proven again, not skipped
+    assert "ok" in task_outcomes(doc["log"])["Check every rank's sum"]
     # the rebuild happened on node2, which needed the env anyway: node1's working env was left alone
     assert doc["hosts"]["node1"]["changed"] == 0, changed_tasks(doc["log"], "node1")
 
@@ -467,6 +472,43 @@ def test_a_damaged_env_on_one_node_is_detected_named_and_installed_again(converg
     assert lab2.exec(2, "sha256sum", edited, deleted).stdout.split()[::2] == good
     check = lab2.exec(2, "/opt/hvd/env/bin/horovodrun", "--check-build")
     assert check.returncode == 0 and "[X] PyTorch" in check.stdout, check.stdout + check.stderr
-    assert "ok" in task_outcomes(doc["log"])["Check every rank's sum"]  # proven again, not skipped
+    # The env from the same archive and the same wheel on it: the bytes the last passing allreduce saw (its manifest
+    # and Horovod's RECORD), read back by the loop contract; the post-flight proves the mesh and mpirun and leaves
+    # the allreduce (an env built again runs it: the truncated cache entry's test above)
+    tasks = task_outcomes(doc["log"])
+    assert tasks[ALLREDUCE] == {"skipped"}, tasks
+    assert tasks["Start one process per node with mpirun and collect the hostnames"] == {"ok"}, tasks
     assert doc["hosts"]["node1"]["changed"] == 0, changed_tasks(doc["log"], "node1")
     assert "node1" not in doc["notices"]
+
+
+def test_files_added_to_one_nodes_env_are_taken_out_and_nothing_installed_is_touched(converged, lab2: Lab) -> None:
+    """Item-level repair: a `.pth` and a `sitecustomize.py` (both run at every interpreter start) and a distribution
+    added to node2's env, nothing else changed. `up` takes exactly those out (hvd_env_prune) and reads the env back:
+    every installed file keeps its inode and time (the env is not installed again, nor Horovod on it), no allreduce
+    (nothing it depends on differs), the notice names what was taken out, and `check` finds every node in sync."""
+    site = "/opt/hvd/env/lib/python3.11/site-packages"
+    listing = f"find /opt/hvd/env -xdev \\( -type f -o -type l \\) -printf '%i %T@ %p\\n' | sort -k3"
+    before = lab2.exec(2, "sh", "-c", listing).stdout
+    plant = (f"echo 'import os' > {site}/zz-hook.pth && echo 'print(1)' > {site}/sitecustomize.py && "
+             f"mkdir {site}/extra_pkg {site}/extra_pkg-1.0.dist-info && echo 'x = 1' > {site}/extra_pkg/__init__.py && "
+             f"printf 'Metadata-Version: 2.1\\nName: extra-pkg\\nVersion: 1.0\\n' > {site}/extra_pkg-1.0.dist-info/METADATA")
+    assert lab2.exec(2, "sh", "-c", plant).returncode == 0
+    rc, doc = converged.check_json()
+    assert rc == 1 and list(doc["drifted"]) == ["node2"], doc
+    rc, doc, err = converged.up_json()
+    assert rc == 0, err[-4000:]
+    assert doc["converged"] == ["node2"] and doc["not_repaired"] == [], doc
+    notice = " ".join(doc["notices"].get("node2", []))
+    for name in ("zz-hook.pth", "sitecustomize.py", "extra_pkg/__init__.py", "extra_pkg-1.0.dist-info/METADATA"):
+        assert name in notice, doc["notices"]
+    assert lab2.exec(2, "sh", "-c", listing).stdout == before  # the env as installed, file for file
+    assert lab2.exec(2, "test", "-e", f"{site}/extra_pkg").returncode != 0
+    tasks = task_outcomes(doc["log"])
+    assert tasks["Install the packed environment where it differs"] == {"skipped"}, tasks
+    assert "ok" not in tasks.get("Install the wheel into the environment", set()), tasks
+    assert changed_tasks(doc["log"], "node2") == {"Take out what was added to the environment, where nothing else "
+                                                  "differs from what was installed"}, changed_tasks(doc["log"], "node2")
+    assert tasks[ALLREDUCE] == {"skipped"}, tasks
+    rc, doc = converged.check_json()
+    assert rc == 0 and doc["drifted"] == {}, doc
