@@ -298,6 +298,8 @@ def keep(entry: dict, check: bool) -> dict | None:
     elif state == "block":
         if entry.get("marker") is None or entry.get("block") is None:
             raise WriteError(f"{path}: state block needs marker and block")
+        if original is None and not entry["block"]:
+            return None  # no block wanted in a file that is not there: as blockinfile's absent, nothing is made
         data = with_block(original, entry["marker"], entry["block"])
     else:
         if entry.get("line") is None or entry.get("regexp") is None:

@@ -70,6 +70,17 @@ def test_a_block_is_what_blockinfile_writes_and_a_file_it_wrote_is_in_place(tmp_
     assert again["changed"] is False and again["updated"] == []
 
 
+def test_no_block_wanted_in_a_missing_file_makes_nothing(tmp_path: Path) -> None:
+    """hvd_openmpi keeps its block out of Open MPI's parameter file where the single-copy path works: a node without
+    the file gets none (an empty file would be a change every converge could not explain)."""
+    missing = tmp_path / "etc" / "openmpi-mca-params.conf"
+    (tmp_path / "etc").mkdir()
+    done = write([{"path": str(missing), "state": "block", "marker": MARKER, "block": ""}])
+    assert done["changed"] is False and done["updated"] == [] and not missing.exists(), done
+    done = write([{"path": str(missing), "state": "block", "marker": MARKER, "block": "x = 1\n"}])
+    assert done["changed"] is True and missing.read_text() == "# BEGIN hvdcluster lab nodes\nx = 1\n# END hvdcluster lab nodes\n"
+
+
 @pytest.mark.parametrize("start", ["", "ssh-ed25519 AAAAold hvdcluster@lab\nssh-rsa BBBB admin\n",
                                    "ssh-rsa BBBB admin", "ssh-ed25519 AAAAnew hvdcluster@lab\n"])
 def test_a_line_is_what_lineinfile_writes(tmp_path: Path, start: str) -> None:
