@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.conftest import SUDO_USER, Cli, changed_tasks, run_events, share_the_cores, task_outcomes
+from tests.cluster.interrupts import ENV_UNPACKING, KILL_INSTALL, KILL_UNPACK, WHEEL_INSTALLING, interrupt_up
 from tests.lab.cluster import Lab
 from tests.lab.stacks import cpu_stack
 
@@ -353,51 +354,6 @@ def test_health_drain_drains_a_failing_node_with_its_item_and_resumes_it_leaving
 
 # ------------------------------------------------------------------------------------------ runs cut short
 
-# The tar that unpacks the env beside the prefix is running (not its folder: a run killed before leaves one behind)
-ENV_UNPACKING = "pgrep -f '[t]ar -C /opt/hvd/.env.hvd-new' >/dev/null"
-# ([p]ip, [t]ar: the pattern must not match the shell that runs pgrep)
-WHEEL_INSTALLING = "pgrep -f '[p]ip install --no-deps --no-index --force-reinstall'"
-# What a dropped connection or a crash does on the node: the unpacking tar and the module above it die.
-KILL_UNPACK = ("p=$(pgrep -f '[t]ar -C /opt/hvd/.env.hvd-new' | head -n1) && "
-               "kill -KILL $p $(ps -o ppid= -p $p)")
-KILL_INSTALL = "pkill -KILL -f '[p]ip install --no-deps --no-index --force-reinstall'"
-
-
-WATCH_PID = "/run/hvd-test-watch.pid"
-
-
-def interrupt_up(cli: Cli, lab: Lab, node: int, when: str, sig: signal.Signals, on_node: str | None,
-                 log: Path) -> None:
-    """Start `up`, and the moment `when` succeeds on the node, send `sig` to the controller (hvdcluster,
-    ansible-playbook and its ssh clients: the whole process group). With `on_node` (a kill on the node that
-    succeeds only when it found its process), that kill is the condition itself: it runs until it found and killed
-    the process, then the controller gets `sig` - so a hard case is never a controller kill alone.
-
-    The condition is polled on the node by one shell loop (every 50 ms), not by a `docker exec` per try: a run on
-    this 2-core machine is slowed by nothing but the run itself, and the moment is caught sooner."""
-    loop = f"echo $$ > {WATCH_PID}; until {on_node or when}; do sleep 0.05; done"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([str(cli.bin / "hvdcluster"), "up", "hosts.yaml"], cwd=cli.cwd, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-        watch = subprocess.Popen(["docker", "exec", lab.container(node), "timeout", "900", "sh", "-c", loop],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            while proc.poll() is None and watch.poll() is None:
-                time.sleep(0.05)
-            if watch.returncode != 0:
-                pytest.fail(f"up ended (rc {proc.returncode}) before `{when}` held on node{node}: {log.read_text()[-3000:]}")
-            os.killpg(proc.pid, sig)
-            proc.wait(timeout=120)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            if watch.poll() is None:  # the loop on the node must not outlive this run (it would kill the next one's)
-                lab.exec(node, "sh", "-c", f"kill $(cat {WATCH_PID}) 2>/dev/null; true")
-                watch.wait(timeout=30)
-    assert proc.returncode != 0, "the interrupted run reported success"
-
-
 @pytest.mark.heavy
 def test_up_cut_short_while_the_env_unpacks_and_while_the_wheel_installs_is_repaired_by_a_plain_up(
         converged, lab2: Lab, tmp_path: Path) -> None:
@@ -488,7 +444,7 @@ def test_files_added_to_one_nodes_env_are_taken_out_and_nothing_installed_is_tou
     every installed file keeps its inode and time (the env is not installed again, nor Horovod on it), no allreduce
     (nothing it depends on differs), the notice names what was taken out, and `check` finds every node in sync."""
     site = "/opt/hvd/env/lib/python3.11/site-packages"
-    listing = f"find /opt/hvd/env -xdev \\( -type f -o -type l \\) -printf '%i %T@ %p\\n' | sort -k3"
+    listing = "find /opt/hvd/env -xdev \\( -type f -o -type l \\) -printf '%i %T@ %p\\n' | sort -k3"
     before = lab2.exec(2, "sh", "-c", listing).stdout
     plant = (f"echo 'import os' > {site}/zz-hook.pth && echo 'print(1)' > {site}/sitecustomize.py && "
              f"mkdir {site}/extra_pkg {site}/extra_pkg-1.0.dist-info && echo 'x = 1' > {site}/extra_pkg/__init__.py && "

@@ -12,7 +12,7 @@ import sys
 def run(argv):
     try:
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, timeout=300)
+                              universal_newlines=True, timeout=300, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"rc": 127, "stdout": "", "stderr": str(exc)}
     return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr[-2000:]}
