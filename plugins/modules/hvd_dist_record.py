@@ -40,6 +40,11 @@ options:
     type: list
     elements: str
     default: []
+  present:
+    description: Paths to look for, outside the fingerprint; those not there are returned in RV(absent).
+    type: list
+    elements: str
+    default: []
 author: hvdcluster developers (@hvdcluster)
 """
 
@@ -64,7 +69,15 @@ files_sha256:
   description: sha256 of I(files) and then the RECORD (path and content each).
   type: str
   returned: when files are given
+absent:
+  description: The paths of I(present) that are not there (the post-flight's check script, say, which an env
+    installed again from its archive does not hold).
+  type: list
+  elements: str
+  returned: always
 """
+
+import os
 
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state_env import fingerprint
 
@@ -77,11 +90,13 @@ def main() -> None:
             "prefix": {"type": "path", "required": True},
             "name": {"type": "str", "default": "horovod"},
             "files": {"type": "list", "elements": "str", "default": []},
+            "present": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
-    module.exit_json(changed=False, **fingerprint(module.params["prefix"], module.params["name"],
-                                                  module.params["files"]))
+    absent = [path for path in module.params["present"] if not os.path.lexists(path)]
+    module.exit_json(changed=False, absent=absent, **fingerprint(module.params["prefix"], module.params["name"],
+                                                                 module.params["files"]))
 
 
 if __name__ == "__main__":

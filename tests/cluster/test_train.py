@@ -384,34 +384,6 @@ def test_up_cut_short_while_the_env_unpacks_and_while_the_wheel_installs_is_repa
     assert check.returncode == 0 and "[X] PyTorch" in check.stdout, check.stdout + check.stderr
 
 
-def test_a_truncated_env_in_the_controller_cache_is_detected_named_and_rebuilt(converged, lab2: Lab,
-                                                                              tmp_path: Path) -> None:
-    """On a copy of the controller cache (HVDCLUSTER_CACHE): suites running beside this one read the shared one."""
-    shared = Path(os.environ.get("HVDCLUSTER_CACHE", Path.home() / ".cache" / "hvdcluster"))
-    key = lab2.exec(1, "cat", "/opt/hvd/env/.hvd-env-key").stdout.strip()
-    own = tmp_path / "cache"
-    (own / "envs").mkdir(parents=True)
-    for entry in shared.joinpath("envs").glob(f"env-{key}.*"):
-        shutil.copy2(entry, own / "envs" / entry.name)
-    shutil.copytree(shared / "horovod", own / "horovod")  # Horovod is installed again on top: its wheel, not a build
-    cache = own / "envs"
-    archive = cache / f"env-{key}.tar.zst"
-    data = archive.read_bytes()
-    archive.write_bytes(data[: len(data) // 3])
-    assert lab2.exec(2, "rm", "/opt/hvd/env/.hvd-env-key").returncode == 0  # node2 needs it
-    rc, doc, err = converged.up_json(env={"HVDCLUSTER_CACHE": str(own)})
-    assert rc == 0, err[-4000:]
-    log = " ".join(Path(doc["log"]).read_text().split())  # the YAML callback folds a long message over lines
-    assert f"{archive} is corrupt or truncated" in log
-    assert archive.stat().st_size > len(data) // 3
-    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
-    assert (cache / f"env-{key}.tar.zst.sha256").read_text().split()[0] == digest
-    # an env built again (the same key, other bytes: its manifest differs) is proven again, not skipped
-    assert "ok" in task_outcomes(doc["log"])["Check every rank's sum"]
-    # the rebuild happened on node2, which needed the env anyway: node1's working env was left alone
-    assert doc["hosts"]["node1"]["changed"] == 0, changed_tasks(doc["log"], "node1")
-
-
 def test_a_damaged_env_on_one_node_is_detected_named_and_installed_again(converged, lab2: Lab) -> None:
     """A file edited and one deleted inside node2's env (same key, so only its manifest tells): `up` names them,
     installs the env again from the controller cache, Horovod again on top, proves the cluster, and leaves node1."""
@@ -430,7 +402,7 @@ def test_a_damaged_env_on_one_node_is_detected_named_and_installed_again(converg
     assert check.returncode == 0 and "[X] PyTorch" in check.stdout, check.stdout + check.stderr
     # The env from the same archive and the same wheel on it: the bytes the last passing allreduce saw (its manifest
     # and Horovod's RECORD), read back by the loop contract; the post-flight proves the mesh and mpirun and leaves
-    # the allreduce (an env built again runs it: the truncated cache entry's test above)
+    # the allreduce (an env built again runs it: the truncated cache entry's test, last)
     tasks = task_outcomes(doc["log"])
     assert tasks[ALLREDUCE] == {"skipped"}, tasks
     assert tasks["Start one process per node with mpirun and collect the hostnames"] == {"ok"}, tasks
@@ -468,3 +440,32 @@ def test_files_added_to_one_nodes_env_are_taken_out_and_nothing_installed_is_tou
     assert tasks[ALLREDUCE] == {"skipped"}, tasks
     rc, doc = converged.check_json()
     assert rc == 0 and doc["drifted"] == {}, doc
+
+
+# Last: node2's env is then one built again (the same key, other bytes), which the tests above do not expect.
+def test_a_truncated_env_in_the_controller_cache_is_detected_named_and_rebuilt(converged, lab2: Lab,
+                                                                              tmp_path: Path) -> None:
+    """On a copy of the controller cache (HVDCLUSTER_CACHE): suites running beside this one read the shared one."""
+    shared = Path(os.environ.get("HVDCLUSTER_CACHE", Path.home() / ".cache" / "hvdcluster"))
+    key = lab2.exec(1, "cat", "/opt/hvd/env/.hvd-env-key").stdout.strip()
+    own = tmp_path / "cache"
+    (own / "envs").mkdir(parents=True)
+    for entry in shared.joinpath("envs").glob(f"env-{key}.*"):
+        shutil.copy2(entry, own / "envs" / entry.name)
+    shutil.copytree(shared / "horovod", own / "horovod")  # Horovod is installed again on top: its wheel, not a build
+    cache = own / "envs"
+    archive = cache / f"env-{key}.tar.zst"
+    data = archive.read_bytes()
+    archive.write_bytes(data[: len(data) // 3])
+    assert lab2.exec(2, "rm", "/opt/hvd/env/.hvd-env-key").returncode == 0  # node2 needs it
+    rc, doc, err = converged.up_json(env={"HVDCLUSTER_CACHE": str(own)})
+    assert rc == 0, err[-4000:]
+    log = " ".join(Path(doc["log"]).read_text().split())  # the YAML callback folds a long message over lines
+    assert f"{archive} is corrupt or truncated" in log
+    assert archive.stat().st_size > len(data) // 3
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    assert (cache / f"env-{key}.tar.zst.sha256").read_text().split()[0] == digest
+    # an env built again (the same key, other bytes: its manifest differs) is proven again, not skipped
+    assert "ok" in task_outcomes(doc["log"])["Check every rank's sum"]
+    # the rebuild happened on node2, which needed the env anyway: node1's working env was left alone
+    assert doc["hosts"]["node1"]["changed"] == 0, changed_tasks(doc["log"], "node1")

@@ -105,4 +105,19 @@ def test_dist_record_module_only_reads_and_runs_in_check_mode(tmp_path: Path) ->
     assert result["record"] == str(record) and result["sha256"] == hvd_dist_record.fingerprint(
         str(tmp_path / "env"), "horovod")["sha256"]
     assert len(result["files_sha256"]) == 64
+    assert result["absent"] == []
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_dist_record_module_names_the_paths_it_was_asked_to_look_for_that_are_not_there(tmp_path: Path) -> None:
+    """The post-flight's check script, which an env installed again from its archive does not hold: named absent,
+    and left out of the fingerprint (the script is the role's, not what the allreduce's result depends on)."""
+    install_dist(tmp_path / "env", "horovod-0.28.1.dist-info")
+    script = tmp_path / "env" / "libexec" / "hvdcluster" / "allreduce.py"
+    args = {"prefix": str(tmp_path / "env"), "files": [str(tmp_path / "hosts")], "present": [str(script)]}
+    gone = run_module("hvd_dist_record", args, check=True)
+    assert gone["absent"] == [str(script)]
+    script.parent.mkdir(parents=True)
+    script.write_text("print(1)\n")
+    there = run_module("hvd_dist_record", args, check=True)
+    assert there["absent"] == [] and there["files_sha256"] == gone["files_sha256"]
