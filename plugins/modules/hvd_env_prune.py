@@ -74,18 +74,36 @@ def prune(prefix: str, deep: bool = False, check: bool = False) -> dict:
         return {"pruned": [name(path) for path in paths], "files": "ok"}
     stops = {prefix} | {site for dummy_name, dummy_version, site, dummy_info in dists}
     for path in paths:
-        try:
-            os.unlink(path)  # a file or a link (the walk never enters a linked folder)
-        except FileNotFoundError:
-            continue
-        folder = os.path.dirname(path)
-        while folder not in stops and folder.startswith(prefix + os.sep):
+        remove(prefix, os.path.relpath(path, prefix), stops)
+    return {"pruned": [name(path) for path in paths], "files": verify_env(prefix, distributions(prefix), deep)}
+
+
+def remove(prefix: str, rel: str, stops: set[str]) -> None:
+    """Remove ``rel`` (a file or a link) below ``prefix``, then each folder it leaves empty up to one of ``stops``.
+    Every folder on the way is opened without following a link (O_NOFOLLOW, from the prefix down) and the entry
+    removed relative to it: a folder swapped for a link after the env was read never leads the removal elsewhere."""
+    parts = rel.split(os.sep)
+    fds = [os.open(prefix, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)]
+    try:
+        for part in parts[:-1]:
             try:
-                os.rmdir(folder)  # only while empty: a folder holding anything else stays
+                fds.append(os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fds[-1]))
+            except OSError:
+                return  # gone, or no longer a folder: nothing of ours to remove there
+        try:
+            os.unlink(parts[-1], dir_fd=fds[-1])  # a file or a link itself (the walk never enters a linked folder)
+        except (FileNotFoundError, IsADirectoryError, PermissionError):
+            return
+        for depth in range(len(parts) - 1, 0, -1):
+            if os.path.join(prefix, *parts[:depth]) in stops:
+                break
+            try:
+                os.rmdir(parts[depth - 1], dir_fd=fds[depth - 1])  # only while empty: anything else keeps it
             except OSError:
                 break
-            folder = os.path.dirname(folder)
-    return {"pruned": [name(path) for path in paths], "files": verify_env(prefix, distributions(prefix), deep)}
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def main() -> None:

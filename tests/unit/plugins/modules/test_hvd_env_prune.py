@@ -105,3 +105,19 @@ def test_as_ansible_runs_it_check_mode_names_and_removes_nothing_then_a_run_remo
     assert done["changed"] is True and done["files"] == "ok" and not added.exists()
     again = run_module("hvd_env_prune", args)
     assert again["changed"] is False and again["pruned"] == [] and again["files"] == "ok"
+
+
+def test_a_folder_swapped_for_a_link_after_the_read_never_leads_the_removal_outside(node: Path, tmp_path: Path) -> None:
+    """Between the read and the removal someone who can write in the env swaps the added file's folder for a link to
+    another folder holding a file of the same name: the removal walks down without following links and removes
+    nothing there."""
+    site = node / SITE.lstrip("/")
+    write(node, SITE + "/evil_pkg/x.py", "import os\n")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "x.py").write_text("keep me\n")
+    rel = os.path.relpath(site / "evil_pkg" / "x.py", env_of(node))
+    (site / "evil_pkg").rename(site / "evil_real")
+    os.symlink(outside, site / "evil_pkg")
+    hvd_env_prune.remove(str(env_of(node)), rel, {str(env_of(node)), str(site)})
+    assert (outside / "x.py").read_text() == "keep me\n" and (site / "evil_pkg").is_symlink()
