@@ -65,11 +65,11 @@ def prune(prefix: str, deep: bool = False, check: bool = False) -> dict:
     dists = distributions(prefix)
     found = env_problems(prefix, dists, deep, full_paths=True)
     name = env_namer(prefix, dists)
-    if not found or any(kind != "added" for kind, dummy_path in found):
+    # Nothing but additions, each inside the prefix (the walk names nothing else; never outside): else nothing is
+    # removed and the reader's answer is returned
+    if not found or any(kind != "added" or not path.startswith(prefix + os.sep) for kind, path in found):
         return {"pruned": [], "files": describe_problems([(kind, name(path)) for kind, path in found])}
     paths = sorted({path for dummy_kind, path in found})
-    if any(not path.startswith(prefix + os.sep) for path in paths):  # the reader names nothing else; never outside
-        return {"pruned": [], "files": describe_problems([(kind, name(path)) for kind, path in found])}
     if check:
         return {"pruned": [name(path) for path in paths], "files": "ok"}
     stops = {prefix} | {site for dummy_name, dummy_version, site, dummy_info in dists}

@@ -121,3 +121,14 @@ def test_a_folder_swapped_for_a_link_after_the_read_never_leads_the_removal_outs
     os.symlink(outside, site / "evil_pkg")
     hvd_env_prune.remove(str(env_of(node)), rel, {str(env_of(node)), str(site)})
     assert (outside / "x.py").read_text() == "keep me\n" and (site / "evil_pkg").is_symlink()
+
+
+def test_env_files_names_additions_last_which_hvd_pyenv_reads_to_skip_a_mixed_drift() -> None:
+    """hvd_pyenv runs this module only where env.files starts with an addition: that holds nothing else because the
+    description puts missing and changed files first, whatever the order found and however many are cut."""
+    from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import describe_problems  # noqa: PLC0415
+
+    many = [("added", f"a{i:02}.py") for i in range(20)] + [("changed", "zz.py")]
+    assert describe_problems(many).startswith("changed: zz.py; added: ")
+    assert describe_problems([("added", "b.pth"), ("missing", "c.py")]).startswith("missing: c.py")
+    assert describe_problems([("added", "b.pth"), ("added", "a.py")]) == "added: a.py; added: b.pth"
