@@ -62,6 +62,8 @@ description:
     down or drained by Slurm itself and why) and C(slurm.drain) (an operator's or hvdcluster's drain, its reason and who
     set it). These start C(munge), C(unmunge) and C(scontrol) as the user.
   - With I(look), also I(host), the host as the pre-flight judges it and C(plan --probe) resolves for it.
+  - With I(health), also I(health), the quick health reading C(hvd_health_read) returns (no dcgmi diag), in the same
+    module run - `up`'s read-back and its fast path read state and health in one run a node.
   - Reads only; supports check mode.
 options:
   cluster: {description: The cluster's name (in the markers of the blocks hvdcluster writes)., type: str,
@@ -99,6 +101,10 @@ options:
         probe_port), C(paths) (folders whose free space matters), C(tmp_dir) (must be writable), C(host_cxx)
         (the CUDA host compiler).
     type: dict
+  health:
+    description: Read the node's quick health too (C(hvd_health_read) with I(quick); returned as I(health)).
+    type: bool
+    default: false
   root:
     description: For tests only - read the node's files below this folder instead of /. The kernel is the running one.
     type: path
@@ -125,6 +131,14 @@ host:
   description: With I(look) - release, python, kernel, secure_boot, nvidia, gcc, mpi, disks, shm, interfaces and peers.
   type: dict
   returned: when look is given
+health:
+  description: With I(health) - the reading C(hvd_health_read) returns as I(reading), dcgmi diag left out.
+  type: dict
+  returned: when health is true
+health_seconds:
+  description: With I(health) - how long the health reading took.
+  type: float
+  returned: when health is true
 seconds:
   description: How long the look took.
   type: float
@@ -133,6 +147,7 @@ seconds:
 
 import time
 
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_health_reader import read_health
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_host import look
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state import node_state
 
@@ -153,6 +168,7 @@ def main() -> None:
             "peers": {"type": "list", "elements": "str", "default": []},
             "slurm": {"type": "str", "default": "", "choices": ["", "node", "controller"]},
             "look": {"type": "dict"},
+            "health": {"type": "bool", "default": False},
             "root": {"type": "path", "default": "/"},
         },
         supports_check_mode=True,
@@ -169,6 +185,10 @@ def main() -> None:
             extra["host"] = look(peers=want.get("peers") or [], paths=want.get("paths") or [],
                                  tmp_dir=want.get("tmp_dir") or "/tmp", host_cxx=want.get("host_cxx") or "",
                                  ssh_path=p["ssh_path"])
+        if p["health"]:
+            began = time.monotonic()
+            extra["health"] = read_health(p["root"], "", True, 15)
+            extra["health_seconds"] = round(time.monotonic() - began, 3)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         module.fail_json(msg=f"reading the node's state failed: {exc}")
     module.exit_json(changed=False, state=state, seconds=round(time.monotonic() - start, 3), **extra)

@@ -24,7 +24,7 @@ from ansible_collections.hvd.cluster.plugins.module_utils import hvd_bandwidth, 
 from . import nodestate
 from .output import fold
 
-HEALTH_TASK = nodestate.HEALTH_TASK  # health.yml's task, and state.yml's when `up` reads health in its loop
+HEALTH_TASK = nodestate.HEALTH_TASK  # health.yml's task
 FAIL, WARN = hvd_health.FAIL, hvd_health.WARN
 RECORDED = "the gpu.count the last converge recorded"
 ON_PCI = "the NVIDIA GPUs on the PCI bus"
@@ -305,17 +305,14 @@ def refusals(root: Path, nodes: Iterable[str]) -> list[str]:
 
 
 def readings_in(events: Iterable[dict]) -> dict[str, dict[str, Any]]:
-    """The health readings a run's events hold: playbooks/state.yml's "Read the node's health" task (hvd_state_health:
-    true, which `up` and `up --rolling` pass) answers in the same play as the read-back, one module run more a node."""
-    found, _ = nodestate.collect(events, task=HEALTH_TASK, key="reading")
-    return found
+    """The health readings a run's events hold: playbooks/state.yml's read-back (hvd_state_health: true, which `up` and
+    `up --rolling` pass) reads each node's quick health in the same module run as its state."""
+    return nodestate.health_in(events)
 
 
 def read_seconds(events: Iterable[dict]) -> float:
-    """How long the health read took on the slowest node (the task's duration in its events)."""
-    durations = [float((e.get("event_data") or {}).get("duration") or 0) for e in events
-                 if (e.get("event_data") or {}).get("task") == HEALTH_TASK and e.get("event") == "runner_on_ok"]
-    return round(max(durations, default=0.0), 3)
+    """How long the health read took on the slowest node."""
+    return nodestate.health_seconds_in(events)
 
 
 def in_the_loop(root: Path, found: Mapping[str, Mapping[str, Any]], nodes: Iterable[str], by: str,

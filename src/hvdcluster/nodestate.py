@@ -23,9 +23,8 @@ from typing import Any
 from . import inputs
 from .inputs import digest as inputs_digest  # noqa: F401 - the callers' name for it
 
-STATE_TASK = "Read the node's state"
-# state.yml's second task (with hvd_state_health: true, which `up` passes): the quick health read in the same play.
-HEALTH_TASK = "Read the node's health"
+STATE_TASK = "Read the node's state"  # with hvd_state_health: true (`up`), its result holds the health reading too
+HEALTH_TASK = "Read the node's health"  # health.yml's task (`hvdcluster health`)
 INPUTS = "inputs.json"
 
 
@@ -40,7 +39,7 @@ class Reading:
     seconds: float = 0.0
     looks: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> the host look, when one was asked for
     health: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> its health reading, when one was asked for
-    health_seconds: float = 0.0  # the health read's time on the slowest node (its task's duration)
+    health_seconds: float = 0.0  # the health read's time on the slowest node (the module's own count)
 
 
 def collect(events: Iterable[dict], looks: dict[str, dict[str, Any]] | None = None, task: str = STATE_TASK,
@@ -76,7 +75,7 @@ def read(root: Path, limit: str | None = None, hosts: Iterable[str] = (), look: 
          deep: bool = False, health: bool = False) -> Reading:
     """Read every node (or ``limit``) in check mode; ``hosts``: the nodes expected to answer; ``look``: the hosts
     themselves too (``plan --probe``); ``deep``: every env file's sha256 too (``check --deep``); ``health``: the quick
-    health read too, in the same play (``Reading.health``; `up`)."""
+    health read too, in the same module run (``Reading.health``; `up`)."""
     extravars = {**({"hvd_state_look": {}} if look else {}), **({"hvd_state_deep": True} if deep else {}),
                  **({"hvd_state_health": True} if health else {})}
     return read_with("state.yml", root, limit, hosts, extravars)
@@ -99,11 +98,23 @@ def read_with(playbook: str, root: Path, limit: str | None, hosts: Iterable[str]
     for host in hosts:
         if host not in found and host not in missing:
             missing[host] = f"no answer (ansible-playbook rc {result.rc}; see {result.log})"
-    health, _ = collect(events, task=HEALTH_TASK, key="reading") if task == STATE_TASK else ({}, {})
-    took = max((float((e.get("event_data") or {}).get("duration") or 0) for e in events
-                if (e.get("event_data") or {}).get("task") == HEALTH_TASK and e.get("event") == "runner_on_ok"),
-               default=0.0)
-    return Reading(found, missing, result.rc, str(result.log), time.monotonic() - start, looks, health, round(took, 3))
+    health = health_in(events) if task == STATE_TASK else {}
+    took = health_seconds_in(events) if task == STATE_TASK else 0.0
+    return Reading(found, missing, result.rc, str(result.log), time.monotonic() - start, looks, health, took)
+
+
+def health_in(events: Iterable[dict]) -> dict[str, dict[str, Any]]:
+    """Each node's quick health reading from a state.yml run's events (hvd_state_health: true, which `up` passes: the
+    state task's ``health``, read in the same module run)."""
+    found, _ = collect(events, key="health")
+    return found
+
+
+def health_seconds_in(events: Iterable[dict]) -> float:
+    """How long the health read took on the slowest node (the state task's ``health_seconds``)."""
+    return round(max((float(((e.get("event_data") or {}).get("res") or {}).get("health_seconds") or 0)
+                      for e in events if (e.get("event_data") or {}).get("task") == STATE_TASK
+                      and e.get("event") == "runner_on_ok"), default=0.0), 3)
 
 
 def state_dir(root: Path) -> Path:

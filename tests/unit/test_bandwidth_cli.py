@@ -125,8 +125,9 @@ class HealthRun(FakeRun):
     def __call__(self, root, cluster, console, playbook, events=None, **kw):
         tracker, result = super().__call__(root, cluster, console, playbook, events=events, **kw)
         for node, found in self.readings.items():
-            events.append({"event": "runner_on_ok", "event_data": {"host": node, "task": nodestate.HEALTH_TASK,
-                                                                   "res": {"reading": found}, "duration": 0.42}})
+            events.append({"event": "runner_on_ok", "event_data": {"host": node, "task": nodestate.STATE_TASK,
+                                                                   "res": {"health": found,
+                                                                           "health_seconds": 0.42}}})
         return tracker, result
 
 

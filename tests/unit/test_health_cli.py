@@ -15,6 +15,7 @@ What this file shares with those (a reading, the node's stand-in root, the fake 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import signal
 import sys
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.hvd.cluster.plugins.module_utils import hvd_health_net
-from ansible_collections.hvd.cluster.tests.unit.plugins.support import ROOT, gpu_fixture
+from ansible_collections.hvd.cluster.tests.unit.plugins.support import ROOT, gpu_fixture, run_module
 
 from hvdcluster import cli, health
 from tests.unit.health_readings import fake_health, fake_tool, items, module_reading, pci, reading
@@ -181,6 +182,26 @@ def test_the_module_records_a_refused_kernel_log_and_absent_tools_without_failin
     assert got["nvidia_smi_q"] is None and got["nvidia_smi_q_error"] == "nvidia-smi: not installed"
     assert got["dcgm_diag"] is None and got["dcgm_diag_error"] == "skipped (--quick)"
     assert items(health.judge("gpu01", got, None))["kernel_log"] == "warn"
+
+
+def test_up_reads_the_same_health_in_the_state_modules_run(node_root: Path, tmp_path: Path) -> None:
+    """`up`'s read-back asks hvd_node_state for health too (one module run a node, not two): the reading is the one
+    hvd_health_read gives, dcgmi diag left out; `check` (no health asked) gets none."""
+    folder = tmp_path / "tools"
+    folder.mkdir()
+    fake_tool(folder, "journalctl", "case \"$1\" in -k) echo 'NVRM: Xid (PCI:0000:07:00): 79, GPU has fallen off';; "
+                                    "*) exit 1;; esac")
+    env = {**os.environ, "PATH": str(folder)}
+    args = {"cluster": "lab", "root": str(node_root)}
+    state = run_module("hvd_node_state", {**args, "health": True}, check=True, env=env)
+    assert "failed" not in state and state["changed"] is False, state
+    got = state["health"]
+    assert got == module_reading(node_root, folder, quick=True)
+    assert "Xid (PCI:0000:07:00): 79" in got["kernel_log"] and got["dcgm_diag_error"] == "skipped (--quick)"
+    assert got["modules"] == ["nvidia", "nvidia_uvm"] and isinstance(state["health_seconds"], float)
+    assert items(health.judge("gpu01", got, 2))["gpu.xid.0000:07:00.0.79"] == "fail"
+    plain = run_module("hvd_node_state", args, check=True, env=env)
+    assert "health" not in plain and plain["state"] == state["state"]
 
 
 def test_the_module_on_a_bare_root_reads_a_cpu_node(tmp_path: Path) -> None:
