@@ -49,6 +49,10 @@ class Repair:
     reinstalled: list[str]  # targets whose machine-id changed: every role runs on them, never a partial repair
     reinstall_env: list[str]  # targets whose env manifest is not the recorded one: hvd_pyenv installs the env again
     deep: bool = False  # read deep (up --deep, or a `check --deep` finding): hvd_pyenv and the read-back read so too
+    # target -> role -> its drifted items that role repairs, for a repair of drift alone (not after changed inputs, not
+    # on a reinstalled node): a role may then leave alone what the read found in sync (hvd_base: its packages and
+    # fabric fact where only its managed files drifted).
+    items: dict[str, dict[str, list[str]]] = field(default_factory=dict)
 
     @property
     def tags(self) -> str:
@@ -58,8 +62,10 @@ class Repair:
     @property
     def extravars(self) -> dict[str, Any]:
         """The repair run's extra variables: the roles' plays take only the targets (the post-flight takes every
-        node), and hvd_pyenv reinstalls the envs whose manifest changed."""
+        node), the roles may read what drifted (hvd_repair_items), and hvd_pyenv reinstalls the envs whose manifest
+        changed."""
         return {"hvd_targets": ",".join(self.targets),
+                **({"hvd_repair_items": self.items} if self.items else {}),
                 **({"hvd_pyenv_reinstall": self.reinstall_env} if self.reinstall_env else {}),
                 **(DEEP if self.deep else {})}
 
@@ -85,12 +91,16 @@ BUILT_ON = {
     "hvd_pyenv": ("hvd_horovod",),
 }
 POST_FLIGHT = "hvd_verify"
+# Items whose repair changes nothing a later role reads: a package's hold and its unattended-upgrades guard put back
+# (a package that moved while unheld reads as its own version item, which does pull BUILT_ON's roles).
+HOLDS = (".hold", ".guard")
 
 
-def repair_roles(owners: set[str]) -> list[str]:
+def repair_roles(owners: set[str], holds_only: set[str] | frozenset[str] = frozenset()) -> list[str]:
     """The roles of a repair, in site.yml's order: those that own a drifted item, those built on them (BUILT_ON,
-    transitively), then the post-flight, which proves the whole cluster after any repair; none without an owner. A
-    reinstalled node's owner is the pre-flight: every role, as a first converge."""
+    transitively; not on an owner in ``holds_only``, whose drifted items are all holds: it moves nothing), then the
+    post-flight, which proves the whole cluster after any repair; none without an owner. A reinstalled node's owner
+    is the pre-flight: every role, as a first converge."""
     from . import drift
 
     if not owners:
@@ -102,7 +112,8 @@ def repair_roles(owners: set[str]) -> list[str]:
         role = todo.pop()
         if role not in seen:
             seen.add(role)
-            todo.extend(BUILT_ON.get(role, ()))
+            if role not in holds_only:
+                todo.extend(BUILT_ON.get(role, ()))
     return [role for role in drift.ROLES if role in seen | {POST_FLIGHT}]
 
 
@@ -112,15 +123,25 @@ def plan(report: Report, names: Sequence[str]) -> Repair:
     from . import drift  # as everywhere in the command: only a command that compares nodes loads it
 
     targets = [n for n in names if n in report.drifted and report.repair_roles(n)]
-    roles = repair_roles({role for n in targets for role in report.repair_roles(n)})
+    owned = [d for n in targets for d in report.drifted[n] if d.role]
+    holds_only = {d.role for d in owned} - {d.role for d in owned if not d.item.endswith(HOLDS)}
+    roles = repair_roles({role for n in targets for role in report.repair_roles(n)}, holds_only)
+    reinstalled = [n for n in targets if any(d.item == drift.REINSTALLED for d in report.drifted[n])]
+    items: dict[str, dict[str, list[str]]] = {}
+    for n in targets:
+        if n not in reinstalled:
+            for d in report.drifted[n]:
+                if d.role:
+                    items.setdefault(n, {}).setdefault(d.role, []).append(d.item)
     return Repair(
         in_sync=[n for n in names if n not in report.drifted],
         targets=targets,
         repaired={n: [d.item for d in report.drifted[n] if d.role] for n in targets},
         by_hand={n: [d.item for d in report.by_hand(n)] for n in names if report.by_hand(n)},
         roles=roles,
-        reinstalled=[n for n in targets if any(d.item == drift.REINSTALLED for d in report.drifted[n])],
+        reinstalled=reinstalled,
         reinstall_env=[n for n in targets if any(d.item == ENV_MANIFEST for d in report.drifted[n])],
+        items=items,
     )
 
 

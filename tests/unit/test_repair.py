@@ -30,7 +30,8 @@ def test_a_drifted_node_runs_the_role_that_owns_its_drift_and_the_post_flight() 
     assert todo.targets == ["gpu02"] and todo.in_sync == ["gpu01", "gpu03"]
     assert todo.roles == ["hvd_horovod", "hvd_verify"]
     assert todo.tags == "hvd_horovod,hvd_verify,hvd_state"
-    assert todo.extravars == {"hvd_targets": "gpu02"}
+    # the roles are told what drifted, by node and owner
+    assert todo.extravars == {"hvd_targets": "gpu02", "hvd_repair_items": {"gpu02": {"hvd_horovod": ["horovod.record"]}}}
     assert todo.repaired == {"gpu02": ["horovod.record"]}
 
 
@@ -39,7 +40,24 @@ def test_the_repair_runs_every_owner_any_drifted_node_needs_and_what_is_built_on
     assert todo.targets == ["gpu01", "gpu03"]  # inventory order, not the order the drifts were found in
     # CUDA's owner, what is built on CUDA (nccl-tests, Horovod's wheel), the post-flight: not every role after CUDA
     assert todo.roles == ["hvd_cuda", "hvd_nccl_tests", "hvd_horovod", "hvd_verify"]
-    assert todo.extravars == {"hvd_targets": "gpu01,gpu03"}
+    assert todo.extravars == {"hvd_targets": "gpu01,gpu03", "hvd_repair_items": {
+        "gpu01": {"hvd_cuda": ["cuda.version"]}, "gpu03": {"hvd_horovod": ["horovod.record"]}}}
+
+
+def test_a_hold_put_back_moves_nothing_and_runs_no_role_built_on_its_owner() -> None:
+    """An unheld Open MPI: hvd_openmpi holds it again and the post-flight proves the cluster; Horovod's wheel and
+    nccl-tests, built on Open MPI, are not judged again (nothing was installed). A moved version does pull them."""
+    held = {"pkg.openmpi-bin": "4.1.4-3+b1", "pkg.openmpi-bin.hold": True, "pkg.openmpi-bin.guard": True}
+    state = {**STATE, **held}
+    found = {n: dict(state) for n in NAMES}
+    found["gpu02"].update({"pkg.openmpi-bin.hold": False, "pkg.openmpi-bin.guard": False})
+    todo = plan(drift.compare({n: dict(state) for n in NAMES}, found, [], order=NAMES), NAMES)
+    assert todo.roles == ["hvd_openmpi", "hvd_verify"]
+    assert todo.extravars["hvd_repair_items"] == {
+        "gpu02": {"hvd_openmpi": ["pkg.openmpi-bin.guard", "pkg.openmpi-bin.hold"]}}
+    found["gpu03"].update({"pkg.openmpi-bin": "4.1.5-1"})
+    todo = plan(drift.compare({n: dict(state) for n in NAMES}, found, [], order=NAMES), NAMES)
+    assert todo.roles == ["hvd_openmpi", "hvd_nccl_tests", "hvd_horovod", "hvd_verify"]
 
 
 def test_what_no_role_repairs_is_the_operators_and_converges_nothing() -> None:
@@ -58,12 +76,14 @@ def test_a_node_with_a_repairable_and_a_by_hand_drift_is_repaired_for_the_first_
 def test_a_reinstalled_node_runs_the_preflight_and_every_role() -> None:
     todo = plan(report(gpu03={"os.machine-id": "n" * 32, "horovod.record": "x" * 16}), NAMES)
     assert todo.reinstalled == ["gpu03"] and todo.roles == drift.ROLES
+    assert "hvd_repair_items" not in todo.extravars  # every role whole on a reinstalled node, whatever was read
 
 
 def test_a_changed_env_manifest_makes_hvd_pyenv_install_that_nodes_env_again() -> None:
     todo = plan(report(gpu02={"env.manifest": "f" * 16}, gpu03={"horovod.record": "x" * 16}), NAMES)
     assert todo.roles[0] == "hvd_pyenv" and todo.reinstall_env == ["gpu02"]
-    assert todo.extravars == {"hvd_targets": "gpu02,gpu03", "hvd_pyenv_reinstall": ["gpu02"]}
+    assert todo.extravars == {"hvd_targets": "gpu02,gpu03", "hvd_pyenv_reinstall": ["gpu02"], "hvd_repair_items": {
+        "gpu02": {"hvd_pyenv": ["env.manifest"]}, "gpu03": {"hvd_horovod": ["horovod.record"]}}}
 
 
 def test_the_summary_rounds_the_read_time() -> None:
