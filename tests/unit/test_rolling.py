@@ -165,9 +165,9 @@ def test_a_roll_changes_only_what_the_fast_path_would_repair_and_skips_the_prefl
     from hvdcluster.repair import scope
 
     names = ["n1", "n2", "n3", "n4"]
-    want = {n: {"pkg.openmpi-bin.hold": "held", "os.release": "debian 12"} for n in names}
+    want = {n: {"pkg.openmpi-bin": "4.1.4-3+b1", "os.release": "debian 12"} for n in names}
     found = {n: dict(state) for n, state in want.items()}
-    found["n1"]["pkg.openmpi-bin.hold"] = found["n3"]["pkg.openmpi-bin.hold"] = "not held"
+    found["n1"]["pkg.openmpi-bin"] = found["n3"]["pkg.openmpi-bin"] = "4.1.5-1"
     found["n4"]["os.release"] = "debian 13"
     todo = scope(names, repair.plan(drift.compare(want, found, []), names))
     assert todo.nodes == ["n1", "n3"] and todo.in_sync == ["n2"] and todo.by_hand == {"n4": ["os.release"]}
