@@ -304,20 +304,9 @@ def refusals(root: Path, nodes: Iterable[str]) -> list[str]:
 # ------------------------------------------------------------------------------------------ health in `up`'s loop
 
 
-def readings_in(events: Iterable[dict]) -> dict[str, dict[str, Any]]:
-    """The health readings a run's events hold: playbooks/state.yml's read-back (hvd_state_health: true, which `up` and
-    `up --rolling` pass) reads each node's quick health in the same module run as its state."""
-    return nodestate.health_in(events)
-
-
-def read_seconds(events: Iterable[dict]) -> float:
-    """How long the health read took on the slowest node."""
-    return nodestate.health_seconds_in(events)
-
-
 def in_the_loop(root: Path, found: Mapping[str, Mapping[str, Any]], nodes: Iterable[str], by: str,
                 seconds: float = 0.0) -> dict[str, Any]:
-    """`up`'s health read of ``nodes`` (``found``: node -> reading, readings_in), judged and recorded: {nodes:
+    """`up`'s health read of ``nodes`` (``found``: node -> reading, nodestate.health_in), judged and recorded: {nodes:
     assess's report, not_ready: [lines], seconds}. A node with a failure is not ready (a warning keeps it ready); a
     node without a reading (the read skipped, the node unreachable) is left out: the converge itself names it."""
     scope = [n for n in nodes if n in found]

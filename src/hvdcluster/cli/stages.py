@@ -135,7 +135,7 @@ class Outcome:
 def run_pass(session: Session, todo: Pass) -> Outcome:
     """Converge, then confirm: the run, every node read back against what it must be (when ``todo.desired``), then
     the quick health read of ``todo.health``'s nodes."""
-    from .. import health
+    from .. import nodestate
 
     events: list[dict] = []
     tracker, result = tracked_run(session.root, session.cluster, session.console, todo.playbook, limit=todo.limit,
@@ -149,8 +149,8 @@ def run_pass(session: Session, todo: Pass) -> Outcome:
                                         converged=outcome.converged, records_current=todo.records_current,
                                         among=todo.among)
     if todo.health is not None:
-        outcome.health = health_tail(session.root, health.readings_in(events), todo.health, tracker.throughput,
-                                     todo.by, health.read_seconds(events))
+        outcome.health = health_tail(session.root, nodestate.health_in(events), todo.health, tracker.throughput,
+                                     todo.by, nodestate.health_seconds_in(events))
     return outcome
 
 
