@@ -32,6 +32,8 @@ from ansible_collections.hvd.cluster.plugins.module_utils.hvd_health_net import 
 # long uptime's log is not sent back.
 _KERNEL_LINES = re.compile(r"NVRM|SXid|nvidia|nvswitch", re.I)
 KERNEL_LINES_KEPT = 5000
+# Seconds each tool may take (dcgmi diag ten times as long): hvd_health_read's default, hvd_node_state's health read.
+TIMEOUT = 15
 
 
 def run_tool(argv: list[str], search: str, timeout: float) -> tuple[Optional[str], str]:

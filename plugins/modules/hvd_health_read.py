@@ -74,7 +74,7 @@ reading:
 
 import time
 
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_health_reader import read_health
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_health_reader import TIMEOUT, read_health
 
 
 def main() -> None:
@@ -83,7 +83,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "quick": {"type": "bool", "default": False},
-            "timeout": {"type": "int", "default": 15},
+            "timeout": {"type": "int", "default": TIMEOUT},
             "path": {"type": "str", "default": ""},
             "root": {"type": "path", "default": "/"},
         },

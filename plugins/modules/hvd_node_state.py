@@ -147,7 +147,7 @@ seconds:
 
 import time
 
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_health_reader import read_health
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_health_reader import TIMEOUT, read_health
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_host import look
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state import node_state
 
@@ -187,7 +187,7 @@ def main() -> None:
                                  ssh_path=p["ssh_path"])
         if p["health"]:
             began = time.monotonic()
-            extra["health"] = read_health(p["root"], "", True, 15)
+            extra["health"] = read_health(p["root"], "", True, TIMEOUT)
             extra["health_seconds"] = round(time.monotonic() - began, 3)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         module.fail_json(msg=f"reading the node's state failed: {exc}")
