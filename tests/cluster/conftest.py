@@ -172,3 +172,29 @@ def changed_tasks(log: str | Path, host: str) -> set[str]:
         if event.get("event") == "runner_on_ok" and data.get("host") == host and data.get("res", {}).get("changed"):
             out.add(data["task"])
     return out
+
+
+# The section names of an ELF file, read by the node's own Python (binutils is only on the builder).
+_ELF_SECTIONS = """
+import struct, sys
+data = open(sys.argv[1], "rb").read()
+assert data[:4] == b"\\x7fELF" and data[4] == 2, "not a 64-bit ELF file"
+shoff, = struct.unpack_from("<Q", data, 0x28)
+entsize, count, names_index = struct.unpack_from("<HHH", data, 0x3A)
+def header(i):
+    return struct.unpack_from("<IIQQQQ", data, shoff + i * entsize)
+base = header(names_index)[4]
+for i in range(count):
+    start = base + header(i)[0]
+    print(data[start:data.index(b"\\0", start)].decode())
+"""
+
+
+def horovod_library_sections(lab: Lab | Gapped, index: int, env: str) -> tuple[str, set[str]]:
+    """The path of Horovod's PyTorch library in a node's env and the names of its ELF sections."""
+    found = lab.exec(index, "sh", "-c", f"ls {env}/lib/python3*/site-packages/horovod/torch/mpi_lib_v2*.so")
+    assert found.returncode == 0 and len(found.stdout.split()) == 1, found.stdout + found.stderr
+    path = found.stdout.strip()
+    read = lab.exec(index, "python3", "-c", _ELF_SECTIONS, path)
+    assert read.returncode == 0, read.stderr
+    return path, set(read.stdout.split())

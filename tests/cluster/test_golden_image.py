@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cluster.conftest import SUDO_USER, Cli, changed_tasks, run_events, task_outcomes
+from tests.cluster.conftest import SUDO_USER, Cli, changed_tasks, horovod_library_sections, run_events, task_outcomes
 from tests.conftest import ROOT, readme_golden_image
 from tests.lab.cluster import Lab
 from tests.lab.images import build_kernel_image
@@ -115,6 +115,15 @@ def test_up_installs_the_distros_cuda_and_builds_horovod_with_nccl_from_the_fram
     # hvd_nccl unpacked PyTorch's own NCCL wheel into its prefix; Horovod links it there, shared
     assert re.search(r"libnccl\.so\.2 => /opt/hvd/nccl/lib/libnccl\.so\.2 ", linked.stdout), linked.stdout
     assert re.search(r"libcudart\.so\.11\.0 => ", linked.stdout), linked.stdout
+    # No GPU to read compute capabilities from: hvd_horovod_cuda_cc_fallback's native code (Pascal, Volta/Turing,
+    # Ampere/Ada) and PTX of the last (Hopper compiles it when Horovod loads), not the 16 nvcc knows; no debug info.
+    path, sections = horovod_library_sections(lab, 1, ENV)
+    assert not {s for s in sections if s.startswith(".debug_")} and ".nv_fatbin" in sections, sorted(sections)
+    elf = lab.exec(1, "cuobjdump", "--list-elf", path)
+    ptx = lab.exec(1, "cuobjdump", "--list-ptx", path)
+    assert elf.returncode == 0 and ptx.returncode == 0, elf.stderr + ptx.stderr
+    assert set(re.findall(r"\.sm_(\d+)\.cubin", elf.stdout)) == {"60", "70", "80"}, elf.stdout
+    assert set(re.findall(r"\.sm_(\d+)\.ptx", ptx.stdout)) == {"80"}, ptx.stdout
 
 
 

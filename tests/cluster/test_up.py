@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cluster.conftest import SUDO_USER, assert_no_trap_fired, run_events, task_outcomes
+from tests.cluster.conftest import SUDO_USER, assert_no_trap_fired, horovod_library_sections, run_events, task_outcomes
 from tests.conftest import BIN, ROOT
 from tests.lab.cluster import Lab
 
@@ -77,6 +77,19 @@ def test_up_converges_every_node_and_every_node_reaches_every_other(first_up, la
 def test_no_trap_of_another_local_user_fired_and_our_work_folder_is_private(hvd, lab3: Lab) -> None:
     assert lab3.user != "root" and f"user: {lab3.user}" in lab3.hosts_yaml.read_text()
     assert_no_trap_fired(lab3)
+
+
+def test_horovod_is_built_without_debug_info_and_every_node_has_the_same_library(first_up, lab3: Lab) -> None:
+    """The default build (hvd_horovod_debug_info off): Horovod's RelWithDebInfo flags without -g, so the library
+    every node loads has code and no DWARF sections (a few MB, not 65)."""
+    assert first_up[0] == 0, first_up[2][-4000:]
+    digests = set()
+    for i in (1, 2, 3):
+        path, sections = horovod_library_sections(lab3, i, "/opt/hvd/env")
+        assert {".text", ".dynsym"} <= sections, sections
+        assert not {s for s in sections if s.startswith(".debug_")}, (f"node{i}", sorted(sections))
+        digests.add(lab3.exec(i, "sha256sum", path).stdout.split()[0])
+    assert len(digests) == 1, digests
 
 
 def test_second_up_changes_nothing(hvd) -> None:
