@@ -6,6 +6,9 @@ that does not match is removed, with its ``.sha256``, and reported (``valid: fal
 caller builds or fetches it again. A missing file is simply not valid. A file whose ``.sha256`` is missing is
 not trusted either.
 
+With ``pattern``, ``path`` is a cache entry's folder and the artifact the file in it whose name matches (the first
+in name order): one module run finds and judges it (a missing folder or no match: not valid, nothing removed).
+
 ``state: published`` takes a file written under a temporary name (``src``), checks it against ``sha256`` (the
 digest its builder computed), writes ``<path>.sha256`` and then renames ``src`` to ``path``: readers see the
 whole, verified file or nothing, never a half-written one.
@@ -13,6 +16,11 @@ whole, verified file or nothing, never a half-written one.
 ``state: copied`` copies ``src`` (a file another user could change, such as the login user's copy of a wheel)
 to ``path`` in a folder of root's own, hashing exactly the bytes it writes: ``path`` exists only when they are
 ``sha256``. Root then uses ``path``, never ``src`` again.
+
+``state: held`` is a node's own copy in the login user's artifact folder (the folder made 0700 where missing): held
+when it is a plain file of the controller copy's ``size`` and, where ``sha256`` is given (the node is about to use
+it), of that digest (one that does not match is removed); the folder's other files that match ``prune`` (older
+copies) are removed. One module run for what was a folder, a look, a check and a clean-up.
 
 ``state: listed`` judges a folder against a list (``files``: relative path -> sha256): it must hold exactly these
 regular files, each with its sha256 - else it fails naming each file that is missing, changed, not listed, or a
@@ -31,8 +39,14 @@ description:
     list of files and their sha256.
 options:
   path: {description: "The artifact (listed: the folder).", type: path, required: true}
-  state: {description: "verified, published, copied or listed.", type: str,
-          choices: [verified, published, copied, listed], default: verified}
+  state: {description: "verified, published, copied, held or listed.", type: str,
+          choices: [verified, published, copied, held, listed], default: verified}
+  pattern: {description: "verified: I(path) is a folder; judge the file in it whose name matches (the first in name
+             order).", type: str}
+  size: {description: "held: the size of the controller's copy (-1: unknown, so nothing is held).", type: int,
+         default: -1}
+  prune: {description: "held: patterns of the folder's other files to remove (older copies).", type: list,
+          elements: str, default: []}
   files: {description: "listed: every file the folder must hold, relative path -> sha256 (nothing else).",
           type: dict}
   sha256: {description: "Expected digest. verified: default the content of <path>.sha256.", type: str}
@@ -76,6 +90,16 @@ EXAMPLES = r"""
     path: /var/lib/hvdcluster/horovod/horovod-0.28.1-cp311-cp311-linux_x86_64.whl
     sha256: "{{ wheel_sha256 }}"
 
+- name: Look for the node's own copy by name and size, check it before use, remove older copies
+  hvd.cluster.hvd_artifact:
+    state: held
+    path: ~/.cache/hvdcluster/artifacts/horovod-0.28.1-cp311-cp311-linux_x86_64.whl
+    size: 1158837
+    sha256: "{{ wheel_sha256 }}"
+    prune: ["horovod-*.whl"]
+  become: false
+  register: held
+
 - name: Check that the work folder holds exactly the offered files, each with its sha256
   hvd.cluster.hvd_artifact:
     state: listed
@@ -89,11 +113,15 @@ valid: {description: The file exists and matches., type: bool, returned: state=v
 sha256: {description: The file's digest (when it exists)., type: str, returned: when the file exists}
 reason: {description: Why the file is not valid., type: str, returned: when not valid}
 removed: {description: "A file that did not match was removed (with its .sha256).", type: bool, returned: state=verified}
-path: {description: The artifact's path., type: str, returned: state=verified or state=copied}
+path: {description: The artifact's path., type: str, returned: "state=verified, copied or held"}
+holds: {description: "held: the node holds a copy of that size (and digest, where given).", type: bool,
+        returned: state=held}
+pruned: {description: "held: the older copies removed.", type: list, returned: state=held}
 problems: {description: "listed: each file missing, changed, not listed or no plain file.", type: list,
            returned: state=listed and failed}
 """
 
+import fnmatch
 import hashlib
 import os
 import re
@@ -209,6 +237,65 @@ def listed(folder: str, files: dict) -> list[str]:
     return problems
 
 
+def found_in(folder: str, pattern: str) -> str:
+    """The first file (in name order) of ``folder`` whose name matches ``pattern``; else the pattern's path there
+    (which verify() then finds missing)."""
+    try:
+        names = sorted(entry.name for entry in os.scandir(folder)
+                       if entry.is_file(follow_symlinks=False) and fnmatch.fnmatchcase(entry.name, pattern))
+    except (FileNotFoundError, NotADirectoryError):
+        names = []
+    return os.path.join(folder, names[0] if names else pattern)
+
+
+def held(path: str, size: int, sha256: str | None, prune: list[str], check_mode: bool) -> dict:
+    """The node's own copy at ``path`` (see ``state: held``): {'holds', 'changed', 'pruned', 'reason', ...}."""
+    folder = os.path.dirname(path)
+    changed = False
+    try:
+        info = os.lstat(folder)
+    except FileNotFoundError:
+        changed = True
+        if not check_mode:
+            os.makedirs(folder, mode=0o700)
+            os.chmod(folder, 0o700)
+        info = None
+    if info is not None:
+        if not stat.S_ISDIR(info.st_mode):
+            raise ValueError(f"{folder}: not a folder of its own (a symlink or a file)")
+        if stat.S_IMODE(info.st_mode) != 0o700:
+            changed = True
+            if not check_mode:
+                os.chmod(folder, 0o700)
+    pruned = []
+    if info is not None:
+        name = os.path.basename(path)
+        for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+            if (entry.name != name and entry.is_file(follow_symlinks=False)
+                    and any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in prune)):
+                pruned.append(entry.path)
+                if not check_mode:
+                    os.unlink(entry.path)
+    changed = changed or bool(pruned)
+    try:
+        mine = os.lstat(path)
+    except FileNotFoundError:
+        mine = None
+    out = {"holds": False, "changed": changed, "pruned": pruned, "path": path, "removed": False, "reason": None}
+    if mine is None or not stat.S_ISREG(mine.st_mode) or size < 0 or mine.st_size != size:
+        out["reason"] = f"{path}: no copy of {size} bytes"
+        return out
+    if sha256:
+        result = verify(path, sha256)
+        if not result["valid"]:
+            out.update(reason=result["reason"], removed=True, changed=True)
+            if not check_mode:
+                remove(path)
+            return out
+    out["holds"] = True
+    return out
+
+
 def remove(path: str) -> None:
     for victim in (path, path + ".sha256"):
         if os.path.lexists(victim):
@@ -221,7 +308,11 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "path": {"type": "path", "required": True},
-            "state": {"type": "str", "choices": ["verified", "published", "copied", "listed"], "default": "verified"},
+            "state": {"type": "str", "choices": ["verified", "published", "copied", "held", "listed"],
+                      "default": "verified"},
+            "pattern": {"type": "str"},
+            "size": {"type": "int", "default": -1},
+            "prune": {"type": "list", "elements": "str", "default": []},
             "files": {"type": "dict"},
             "sha256": {"type": "str"},
             "src": {"type": "path"},
@@ -244,6 +335,9 @@ def main() -> None:
                 module.exit_json(changed=True)
             copy_verified(p["src"], p["path"], p["sha256"])
             module.exit_json(changed=True, sha256=p["sha256"].lower(), path=p["path"])
+        if p["state"] == "held":
+            out = held(p["path"], p["size"], p["sha256"], p["prune"], module.check_mode)
+            module.exit_json(**out)
         if p["state"] == "listed":  # read-only: check mode judges the folder too
             problems = listed(p["path"], p["files"])
             if problems:
@@ -251,6 +345,8 @@ def main() -> None:
                 module.fail_json(msg=f"{p['path']}: not exactly the listed files, each with its sha256: "
                                      + "; ".join(problems[:10]) + more, problems=problems)
             module.exit_json(changed=False, path=p["path"])
+        if p["pattern"]:
+            p["path"] = found_in(p["path"], p["pattern"])
         result = verify(p["path"], p["sha256"])
     except (ValueError, OSError) as exc:
         module.fail_json(msg=str(exc))

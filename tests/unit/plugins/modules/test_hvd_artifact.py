@@ -146,3 +146,71 @@ def test_a_wheel_swapped_between_the_check_and_the_install_is_copied_as_verified
     result = run_module("hvd_artifact", {"state": "copied", "src": str(wheel),
                                          "path": str(root_dir / "w.whl"), "sha256": sha(good_bytes)})
     assert result["failed"] and "not the verified file" in result["msg"] and list(root_dir.iterdir()) == []
+
+
+def test_held_makes_the_folder_private_and_holds_nothing_there_yet(tmp_path: Path) -> None:
+    copy = tmp_path / "artifacts" / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
+    looked = run_module("hvd_artifact", {"state": "held", "path": str(copy), "size": 3}, check=True)
+    assert looked["changed"] and not looked["holds"] and not copy.parent.exists()
+    made = run_module("hvd_artifact", {"state": "held", "path": str(copy), "size": 3})
+    assert made["changed"] and not made["holds"] and made["path"] == str(copy)
+    assert (copy.parent.stat().st_mode & 0o777) == 0o700
+    copy.parent.chmod(0o755)  # opened up by someone: closed again
+    again = run_module("hvd_artifact", {"state": "held", "path": str(copy), "size": 3})
+    assert again["changed"] and (copy.parent.stat().st_mode & 0o777) == 0o700
+
+
+def test_held_judges_the_copy_by_size_and_by_sha256_only_where_given(tmp_path: Path) -> None:
+    folder = tmp_path / "artifacts"
+    folder.mkdir(mode=0o700)
+    copy = folder / "horovod.whl"
+    copy.write_bytes(b"abc")
+    by_size = run_module("hvd_artifact", {"state": "held", "path": str(copy), "size": 3})
+    assert by_size["holds"] and not by_size["changed"]
+    assert not run_module("hvd_artifact", {"state": "held", "path": str(copy), "size": 4})["holds"]
+    assert not run_module("hvd_artifact", {"state": "held", "path": str(copy)})["holds"]  # size unknown
+    good = run_module("hvd_artifact", {"state": "held", "path": str(copy), "size": 3, "sha256": sha(b"abc")})
+    assert good["holds"] and not good["changed"] and copy.exists()
+    looked = run_module("hvd_artifact", {"state": "held", "path": str(copy), "size": 3, "sha256": sha(b"abd")},
+                        check=True)
+    assert not looked["holds"] and looked["changed"] and copy.exists()  # check mode removes nothing
+    rotten = run_module("hvd_artifact", {"state": "held", "path": str(copy), "size": 3, "sha256": sha(b"abd")})
+    assert not rotten["holds"] and rotten["removed"] and "corrupt or truncated" in rotten["reason"]
+    assert not copy.exists()
+    os.symlink(tmp_path / "elsewhere", copy)  # a link is no copy of its own
+    (tmp_path / "elsewhere").write_bytes(b"abc")
+    assert not run_module("hvd_artifact", {"state": "held", "path": str(copy), "size": 3})["holds"]
+
+
+def test_held_removes_older_copies_only_and_refuses_a_linked_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "artifacts"
+    folder.mkdir(mode=0o700)
+    current = folder / "horovod-0.28.1-b.whl"
+    current.write_bytes(b"new")
+    (folder / "horovod-0.28.1-a.whl").write_bytes(b"old")
+    (folder / "env-1.tar.zst").write_bytes(b"env")  # another label's copy: not this prune's
+    (folder / "horovod-link.whl").symlink_to(folder / "env-1.tar.zst")  # links are not removed through
+    result = run_module("hvd_artifact", {"state": "held", "path": str(current), "size": 3,
+                                         "prune": ["horovod-*.whl"]})
+    assert result["holds"] and result["changed"] and result["pruned"] == [str(folder / "horovod-0.28.1-a.whl")]
+    assert sorted(p.name for p in folder.iterdir()) == ["env-1.tar.zst", "horovod-0.28.1-b.whl", "horovod-link.whl"]
+    linked = tmp_path / "linked"
+    linked.symlink_to(folder)
+    refused = run_module("hvd_artifact", {"state": "held", "path": str(linked / "x.whl"), "size": 3})
+    assert refused["failed"] and "not a folder of its own" in refused["msg"]
+
+
+def test_verified_with_a_pattern_finds_and_judges_the_file_in_a_cache_entry_in_one_run(tmp_path: Path) -> None:
+    entry = tmp_path / "horovod" / "0123456789abcdef"
+    missing = run_module("hvd_artifact", {"path": str(entry), "pattern": "horovod-*.whl"})
+    assert missing["valid"] is False and not missing["removed"] and "missing" in missing["reason"]
+    entry.mkdir(parents=True)
+    wheel = entry / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
+    wheel.write_bytes(b"wheel")
+    (entry / (wheel.name + ".sha256")).write_text(sha(b"wheel") + "  " + wheel.name + "\n")
+    (entry / (wheel.name + ".part-20261129-1")).write_bytes(b"half")  # another run's fetch in flight: no match
+    found = run_module("hvd_artifact", {"path": str(entry), "pattern": "horovod-*.whl"})
+    assert found["valid"] and found["path"] == str(wheel) and found["sha256"] == sha(b"wheel")
+    wheel.write_bytes(b"wheeL")
+    rotten = run_module("hvd_artifact", {"path": str(entry), "pattern": "horovod-*.whl"})
+    assert rotten["valid"] is False and rotten["removed"] and rotten["path"] == str(wheel) and not wheel.exists()
