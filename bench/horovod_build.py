@@ -2,8 +2,8 @@
 own RelWithDebInfo, -O3 -g) and without (the role's default, hvd_horovod_debug_info false: its toolchain file), in
 turns: the wall time of `pip wheel`, the wheel's size and its PyTorch library's size.
 
-On this machine, not in a node: a venv of the CPython here with PyTorch (PIP_FIND_LINKS's wheel where it names one,
-else the index), the sdist of the role's pinned version checked against its pinned sha256, the role's patches for
+On this machine, not in a node: a venv of the CPython here with the CPU lab's PyTorch (tests/lab/stacks.py's pin:
+PIP_FIND_LINKS's wheel where it holds it, else the index), the sdist of the role's pinned version checked against its pinned sha256, the role's patches for
 PyTorch >= 2.1, the role's build environment (plugins/filter/hvd_horovod.py: PyTorch, the MPI and Gloo controllers,
 Gloo CPU operations, make -j<cores>) and the role's own toolchain file (rendered from tasks/build.yml). Needs g++,
 cmake >= 3.21 and Open MPI's headers here (apt-get install g++ cmake libopenmpi-dev python3-venv python3-dev).
@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from benchargs import arguments  # noqa: E402
+from tests.lab.stacks import TORCH  # noqa: E402  (the CPU lab's pin: PIP_FIND_LINKS's wheel here)
 
 ROLE = ROOT / "roles" / "hvd_horovod"
 
@@ -67,7 +68,7 @@ def main() -> None:
         venv = work / "venv"
         subprocess.run(["python3", "-m", "venv", str(venv)], check=True)  # the CPython of this machine, not .venv's
         pip = [str(venv / "bin" / "pip"), "-q", "--disable-pip-version-check"]
-        subprocess.run(pip + ["install", "torch", "packaging", "wheel", "setuptools", "pyyaml", "cloudpickle",
+        subprocess.run(pip + ["install", TORCH, "packaging", "wheel", "setuptools", "pyyaml", "cloudpickle",
                               "psutil"], check=True)
         subprocess.run(pip + ["download", "--no-deps", "--no-binary", ":all:", "-d", str(work),
                               f"horovod=={version}"], check=True)
