@@ -51,7 +51,7 @@ def _role() -> tuple[str, str, list[dict], str]:
 
 
 def _build_env(jobs: int) -> dict[str, str]:
-    from plugins.filter.hvd_horovod import hvd_horovod_build_vars
+    from ansible_collections.hvd.cluster.plugins.filter.hvd_horovod import hvd_horovod_build_vars
 
     return {k: str(v) for k, v in hvd_horovod_build_vars(["pytorch"], ["mpi", "gloo"], "gloo", "none", jobs).items()}
 
