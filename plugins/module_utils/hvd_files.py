@@ -64,17 +64,17 @@ def read_text(path: str, limit: int | None = None, strict: bool = False) -> str 
     return data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
-def make_folders(path: str) -> None:
-    """Make ``path`` and its missing parents, each 0755 whatever the umask (os.makedirs gives its parents 0777 minus
-    the umask, and its mode is taken minus the umask too: under a root umask of 077 a prefix's parent would shut out
-    the login user). A path already there is left as it is."""
+def make_folders(path: str, mode: int = 0o755) -> None:
+    """Make ``path`` and its missing parents, each ``mode`` (0755) whatever the umask (os.makedirs gives its parents
+    0777 minus the umask, and its mode is taken minus the umask too: under a root umask of 077 a prefix's parent would
+    shut out the login user). A path already there is left as it is."""
     missing = []
     while not os.path.lexists(path):
         missing.append(path)
         path = os.path.dirname(path)
     for folder in reversed(missing):
         os.mkdir(folder)
-        os.chmod(folder, 0o755)
+        os.chmod(folder, mode)
 
 
 def sha256_of(path: str) -> str:

@@ -128,7 +128,8 @@ import re
 import stat
 import tempfile
 
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import copy_verified, sha256_of, walk_tree
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import (
+    copy_verified, make_folders, sha256_of, walk_tree)
 
 HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -257,8 +258,7 @@ def held(path: str, size: int, sha256: str | None, prune: list[str], check_mode:
     except FileNotFoundError:
         changed = True
         if not check_mode:
-            os.makedirs(folder, mode=0o700)
-            os.chmod(folder, 0o700)
+            make_folders(folder, 0o700)  # its missing parents 0700 too, as the file module made them
         info = None
     if info is not None:
         if not stat.S_ISDIR(info.st_mode):

@@ -149,12 +149,13 @@ def test_a_wheel_swapped_between_the_check_and_the_install_is_copied_as_verified
 
 
 def test_held_makes_the_folder_private_and_holds_nothing_there_yet(tmp_path: Path) -> None:
-    copy = tmp_path / "artifacts" / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
+    copy = tmp_path / "cache" / "artifacts" / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
     looked = run_module("hvd_artifact", {"state": "held", "path": str(copy), "size": 3}, check=True)
-    assert looked["changed"] and not looked["holds"] and not copy.parent.exists()
+    assert looked["changed"] and not looked["holds"] and not copy.parent.parent.exists()
     made = run_module("hvd_artifact", {"state": "held", "path": str(copy), "size": 3})
     assert made["changed"] and not made["holds"] and made["path"] == str(copy)
-    assert (copy.parent.stat().st_mode & 0o777) == 0o700
+    # the folder and the parents it had to make, 0700 whatever the umask
+    assert (copy.parent.stat().st_mode & 0o777) == 0o700 and (copy.parent.parent.stat().st_mode & 0o777) == 0o700
     copy.parent.chmod(0o755)  # opened up by someone: closed again
     again = run_module("hvd_artifact", {"state": "held", "path": str(copy), "size": 3})
     assert again["changed"] and (copy.parent.stat().st_mode & 0o777) == 0o700
