@@ -9,7 +9,8 @@ Python 3.9 compatible (it runs on the nodes); the node's files are read with hvd
 - :func:`nvidia_modules`, :func:`headers_present`, :func:`dkms_status`, :func:`dkms_tree_status`,
   :func:`dkms_make_log_tail`: what that kernel has.
 - :func:`module_guard`: the verdict (and why not) before any reboot and in ``check``.
-- :func:`nouveau_blacklisted`, :func:`initramfs_after_blacklist`: nouveau kept out of the next boot.
+- :func:`nouveau_blacklisted`, :func:`initramfs_after_blacklist`, :func:`nouveau_item`: nouveau kept out of the next
+  boot (``driver.nouveau`` in ``check``).
 - unattended-upgrades' ``Package-Blacklist``: hvd_apt_conf.py.
 """
 
@@ -34,6 +35,7 @@ _MODULE_FILE = re.compile(r"nvidia(?:[-_](?:current|tesla(?:[-_]\d+)?|legacy[-_]
 _DKMS_NAME = re.compile(r"nvidia(?:-(?:current|srv|tesla(?:-\d+)?|legacy-\d+xx))?(?:-open)?")
 
 HEADERS_MISSING = "headers missing"
+NOUVEAU_NOT_BLACKLISTED = "nouveau not blacklisted (no modprobe.d file says blacklist nouveau)"
 BUILD_FAILED = "DKMS build failed"
 NOT_BUILT = "not built"
 
@@ -263,3 +265,15 @@ def initramfs_after_blacklist(root: str, kernel: str) -> bool | None:
     if image is None or not times:
         return None
     return image >= max(times)
+
+
+def nouveau_item(root: str, kernel: str | None) -> str:
+    """``driver.nouveau`` where the driver's role blacklists nouveau: "ok" when a modprobe.d file says so and the
+    initramfs of ``kernel`` (the one the node boots next) was built after it, so nouveau stays out from the boot's
+    first stage on; else what is wrong, in one line. A kernel without an initramfs reads modprobe.d from its root
+    file system: nothing to rebuild there."""
+    if not nouveau_blacklisted(root):
+        return NOUVEAU_NOT_BLACKLISTED
+    if kernel and initramfs_after_blacklist(root, kernel) is False:
+        return f"the initramfs of {kernel} predates the nouveau blacklist (update-initramfs -u -k {kernel})"
+    return "ok"

@@ -33,7 +33,7 @@ from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import (
     resolve,
     under,
 )
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_kernel import guard_item, module_guard
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_kernel import guard_item, module_guard, nouveau_item
 
 DEBIAN_SSH_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games"  # what sshd gives a command on Debian
 
@@ -112,7 +112,9 @@ def driver_state(root: str) -> dict:
     being built) also ``driver.next_boot``:
     "ok" when the kernel the boot loader starts next has the nvidia, nvidia-modeset and nvidia-uvm modules (whatever
     kernel that is, so healthy peers read alike), else "<kernel> has no NVIDIA module (<missing>): <cause>"
-    (plugins/module_utils/hvd_kernel.py). CPU nodes and containers have no such item."""
+    (plugins/module_utils/hvd_kernel.py). CPU nodes and containers have no such item. Where the role also blacklists
+    nouveau (the fact's ``blacklist_nouveau``), ``driver.nouveau``: "ok" when a modprobe.d file blacklists it and the
+    initramfs of that kernel was built after it, else what is wrong."""
     nvml = find_nvml(root)
     found = installed_versions(nvml)
     loaded = loaded_version(read_text(under(root, "/proc/driver/nvidia/version")) or "")
@@ -126,7 +128,10 @@ def driver_state(root: str) -> dict:
     if given:  # a container given the host's driver: hvd_nvidia_driver installs none there (mode host)
         out["driver.given"] = ",".join(given)
     if fact.get("mode") in ("kernel", "image"):
-        out["driver.next_boot"] = guard_item(module_guard(root))
+        guard = module_guard(root)
+        out["driver.next_boot"] = guard_item(guard)
+        if str(fact.get("blacklist_nouveau")).lower() == "true":
+            out["driver.nouveau"] = nouveau_item(root, guard["kernel"])
         fabric = fact.get("fabric") if isinstance(fact.get("fabric"), dict) else {}
         out.update(fabric_items(root, {piece: bool((fabric.get(piece) or {}).get("wanted")) for piece in PIECES},
                                 fact.get("mode"), found))

@@ -17,6 +17,8 @@ description:
     image) and looks for the nvidia, nvidia-modeset and nvidia-uvm modules built for that exact version.
   - Says why they are missing - headers missing, DKMS build failed (with the last lines of its make.log) or not
     built - in one line.
+  - Says whether that kernel's initramfs was built after the nouveau blacklist (C(initramfs_current)), so the role
+    rebuilds only an initramfs that predates it.
   - Only reads files; safe in check mode. Meaningful where the driver runs in kernel mode.
 options:
   kernel:
@@ -68,13 +70,19 @@ log_tail:
   description: The last lines of DKMS's make.log when the build failed.
   type: list
   returned: always
+initramfs_current:
+  description: >-
+    The kernel's initramfs was built after the newest modprobe.d file that blacklists nouveau (false: it predates it
+    and must be rebuilt to carry it); null where there is no blacklist or no initramfs.
+  type: bool
+  returned: always
 message:
   description: One line saying what was found.
   type: str
   returned: always
 """
 
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_kernel import module_guard
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_kernel import initramfs_after_blacklist, module_guard
 
 
 def main() -> None:
@@ -84,7 +92,8 @@ def main() -> None:
                            supports_check_mode=True)
     guard = module_guard(module.params["root"], kernel=module.params["kernel"] or None)
     keys = ("kernel", "how", "modules", "missing", "cause", "headers", "log_tail", "message")
-    module.exit_json(changed=False, ok=not guard["missing"] and bool(guard["kernel"]),
+    initramfs = initramfs_after_blacklist(module.params["root"], guard["kernel"]) if guard["kernel"] else None
+    module.exit_json(changed=False, ok=not guard["missing"] and bool(guard["kernel"]), initramfs_current=initramfs,
                      **{key: guard.get(key) for key in keys})
 
 

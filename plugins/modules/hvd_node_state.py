@@ -30,7 +30,8 @@ description:
   - C(driver.installed) (the NVML library's version), C(driver.loaded) (/proc/driver/nvidia/version),
     C(gpu.count) (ansible_local.hvd_nvidia_driver); where that fact's mode is C(kernel), C(driver.next_boot)
     (C(ok) when the kernel the boot loader starts next has the nvidia, nvidia-modeset and nvidia-uvm modules, else
-    which are missing and why).
+    which are missing and why); where the role also blacklists nouveau, C(driver.nouveau) (C(ok) when a modprobe.d
+    file blacklists it and that kernel's initramfs was built after it, else which is not so).
   - C(cuda.version), C(cuda.home), C(cudnn.version), C(cudnn.home), C(nccl.version), C(nccl.home) (their local
     facts) and C(nccl.header) (the version nccl.h under the NCCL home says).
   - Where ansible_local.hvd_nccl_tests names a prefix - C(nccl_tests.version), C(nccl_tests.key) (the build key in

@@ -248,11 +248,13 @@ def in_order(order: Iterable[str] | None, *groups: Iterable[str]) -> list[str]:
 
 
 # Items whose value alone says the node is not as installed, whatever its record or its peers say. driver.next_boot:
-# the kernel the node boots next has no NVIDIA module (plugins/module_utils/hvd_kernel.py); driver.persistence,
+# the kernel the node boots next has no NVIDIA module, driver.nouveau: nouveau not blacklisted or the initramfs of
+# that kernel older than its blacklist (plugins/module_utils/hvd_kernel.py); driver.persistence,
 # driver.peermem, driver.fabricmanager: a fabric piece the node's hardware needs is missing or off
 # (plugins/module_utils/hvd_fabric.py). All absent on CPU nodes and in containers. Judged on every node, recorded or
 # not, by compare (check, the fast path of up), confirm (the loop contract) and gate (run).
-SELF_EVIDENT = {"env.files": ("ok", ABSENT), "driver.next_boot": ("ok", ABSENT), "driver.persistence": ("ok", ABSENT),
+SELF_EVIDENT = {"env.files": ("ok", ABSENT), "driver.next_boot": ("ok", ABSENT), "driver.nouveau": ("ok", ABSENT),
+                "driver.persistence": ("ok", ABSENT),
                 "driver.peermem": ("ok", ABSENT), "driver.fabricmanager": ("ok", ABSENT),
                 # Slurm (plugins/module_utils/hvd_slurm.slurm_state): its daemons down, munge refused by the controller,
                 # the node down or drained by Slurm itself. Judged by compare and confirm; not by run's gate, whose

@@ -7,11 +7,12 @@ machine's kernel). Then `check` reads the node in sync (the module guard include
 nothing.
 
 Then the image's day 2 (issue 24), on the same node, each step through `check` and `up` as an operator runs them:
-persistence mode taken out of the boot (named, put back); a newer kernel image whose headers apt cannot give (check
-names node, kernel and cause; `up` refuses before any reboot); its headers installed with DKMS's hook set aside and
-their tree broken (the failed build named with its make.log); the tree mended (`up` builds the modules for both
-kernels, `check` in sync). The scenario molecule/driver holds the same plays for role authors; the full tier
-proves them here, through the user's door, on the node it has already built (one DKMS build less per run).
+persistence mode taken out of the boot and the nouveau blacklist edited (named, put back, that initramfs rebuilt); a
+newer kernel image whose headers apt cannot give (check names node, kernel and cause; `up` refuses before any
+reboot); its headers installed with DKMS's hook set aside and their tree broken (the failed build named with its
+make.log); the tree mended (`up` builds the modules for both kernels, `check` in sync). The scenario molecule/driver
+holds the same plays for role authors; the full tier proves them here, through the user's door, on the node it has
+already built (one DKMS build less per run).
 
 The suite has a controller cache of its own, empty when it starts: the env and the Horovod wheel (with NCCL) are built
 in every run, as DKMS builds the modules; nothing of an earlier run answers for this first converge. The first `up`'s
@@ -240,12 +241,26 @@ def test_a_removed_nccl_tests_binary_is_named_by_check_and_installed_again_by_up
     assert rc == 0 and doc["drifted"] == {}, doc
 
 
+REBUILD_INITRAMFS = "Rebuild the initramfs of each kernel whose initramfs predates the nouveau blacklist"
+
+
+def _initramfs_blacklist(lab: Lab, kernel: str) -> str:
+    """The nouveau blacklist as the kernel's initramfs carries it (unpacked in a scratch folder on the node)."""
+    done = lab.exec(1, "sh", "-c", f"rm -rf /root/initrd && unmkinitramfs /boot/initrd.img-{kernel} /root/initrd && "
+                                   "cat $(find /root/initrd -path '*/modprobe.d/hvd-blacklist-nouveau.conf'); "
+                                   "rc=$?; rm -rf /root/initrd; exit $rc")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
 def test_the_image_blacklists_nouveau_at_boot_and_keeps_persistence_mode(converged, lab: Lab) -> None:
+    """The blacklist is written before the driver's packages: the initramfs their apt trigger builds carries it, and
+    the role builds none again on the first up."""
+    _, first = converged
     kernel = _kernel(lab)
-    initramfs = lab.exec(1, "lsinitramfs", f"/boot/initrd.img-{kernel}")
-    assert initramfs.returncode == 0, initramfs.stderr
-    assert [f for f in initramfs.stdout.split() if f.endswith("modprobe.d/hvd-blacklist-nouveau.conf")], (
-        "no nouveau blacklist in the initramfs")
+    assert "options nouveau modeset=0" in _initramfs_blacklist(lab, kernel)
+    assert REBUILD_INITRAMFS in task_outcomes(first["log"]) and REBUILD_INITRAMFS not in changed_tasks(
+        first["log"], "node1"), "the initramfs was built again after apt's trigger had built it with the blacklist"
     persistenced = lab.exec(1, "dpkg-query", "-W", "-f", "${Status}", "nvidia-persistenced")
     assert persistenced.stdout == "install ok installed", persistenced.stdout + persistenced.stderr
     fact = json.loads(lab.exec(1, "cat", "/etc/ansible/facts.d/hvd_nvidia_driver.fact").stdout)["fabric"]
@@ -259,15 +274,25 @@ def _named(doc: dict, item: str) -> dict:
     return found[item]
 
 
-def test_persistence_taken_out_of_the_boot_is_named_by_check_and_put_back_by_up(converged, lab: Lab) -> None:
+def test_persistence_taken_out_and_the_nouveau_blacklist_edited_are_named_by_check_and_put_back_by_up(
+        converged, lab: Lab) -> None:
+    """Two drifts of the boot in one round: persistence mode's link removed, and the blacklist edited by hand (newer
+    than the initramfs, which still carries the old one): `up` puts the file back and rebuilds that initramfs."""
     cli, _ = converged
+    kernel = _kernel(lab)
     link = "/etc/systemd/system/multi-user.target.wants/nvidia-persistenced.service"
+    blacklist = "/etc/modprobe.d/hvd-blacklist-nouveau.conf"
     assert lab.exec(1, "rm", link).returncode == 0
+    assert lab.exec(1, "sed", "-i", "s/modeset=0/modeset=1/", blacklist).returncode == 0
     rc, doc = cli.check_json()
     assert rc == 1 and _named(doc, "driver.persistence")["found"] == "nvidia-persistenced.service not enabled at boot"
+    assert _named(doc, "driver.nouveau")["found"] == (
+        f"the initramfs of {kernel} predates the nouveau blacklist (update-initramfs -u -k {kernel})"), doc
     rc, up, err = cli.up_json()
     assert rc == 0 and up["converged"] == ["node1"], err[-4000:]
+    assert REBUILD_INITRAMFS in changed_tasks(up["log"], "node1"), up["log"]
     assert lab.exec(1, "test", "-L", link).returncode == 0
+    assert "options nouveau modeset=0" in _initramfs_blacklist(lab, kernel)
     rc, doc = cli.check_json()
     assert rc == 0 and doc["drifted"] == {}, doc
 

@@ -223,3 +223,20 @@ def test_the_initramfs_must_be_newer_than_the_blacklist(node: Path) -> None:
     assert hvd_kernel.initramfs_after_blacklist(str(node), NEW) is False
     os.utime(node / f"boot/initrd.img-{NEW}", (3000, 3000))
     assert hvd_kernel.initramfs_after_blacklist(str(node), NEW) is True
+
+
+def test_driver_nouveau_names_a_missing_blacklist_then_an_initramfs_that_predates_it(node: Path) -> None:
+    """`check`'s driver.nouveau: the blacklist first, then the initramfs of the kernel booted next built after it; a
+    kernel without an initramfs reads modprobe.d from its root file system, so it passes."""
+    assert hvd_kernel.nouveau_item(str(node), NEW) == hvd_kernel.NOUVEAU_NOT_BLACKLISTED
+    conf = write(node, "/etc/modprobe.d/hvd-blacklist-nouveau.conf", "blacklist nouveau\noptions nouveau modeset=0\n")
+    os.utime(conf, (2000, 2000))
+    os.utime(node / f"boot/initrd.img-{NEW}", (1000, 1000))
+    assert hvd_kernel.nouveau_item(str(node), NEW) == (
+        f"the initramfs of {NEW} predates the nouveau blacklist (update-initramfs -u -k {NEW})")
+    os.utime(node / f"boot/initrd.img-{NEW}", (3000, 3000))
+    assert hvd_kernel.nouveau_item(str(node), NEW) == "ok"
+    (node / f"boot/initrd.img-{NEW}").unlink()
+    assert hvd_kernel.nouveau_item(str(node), NEW) == "ok"
+    conf.write_text("# blacklist nouveau\n")  # edited away: the comment does not count
+    assert hvd_kernel.nouveau_item(str(node), NEW) == hvd_kernel.NOUVEAU_NOT_BLACKLISTED

@@ -38,3 +38,23 @@ def test_kernel_guard_names_the_next_boot_kernel_and_why_its_modules_are_missing
         (built / f"{name}.ko.xz").write_bytes(b"\x7fELF")
     done = run_module("hvd_kernel_guard", {"root": str(root)})
     assert done["ok"] is True and done["cause"] is None and done["message"].startswith("ok: "), done
+
+
+def test_kernel_guard_says_whether_the_initramfs_was_built_after_the_nouveau_blacklist(tmp_path: Path) -> None:
+    """What hvd_nvidia_driver rebuilds: the initramfs of a kernel that predates the blacklist, and no other."""
+    import os
+
+    root = tmp_path / "node"
+    (root / "boot").mkdir(parents=True)
+    (root / "boot" / "vmlinuz-6.1.0-27-amd64").write_bytes(b"MZ")
+    initrd = root / "boot" / "initrd.img-6.1.0-27-amd64"
+    initrd.write_bytes(b"\x1f\x8b")
+    assert run_module("hvd_kernel_guard", {"root": str(root)})["initramfs_current"] is None  # no blacklist
+    conf = root / "etc/modprobe.d/hvd-blacklist-nouveau.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text("blacklist nouveau\n")
+    os.utime(initrd, (1000, 1000))
+    os.utime(conf, (2000, 2000))
+    assert run_module("hvd_kernel_guard", {"root": str(root)}, check=True)["initramfs_current"] is False
+    os.utime(initrd, (3000, 3000))
+    assert run_module("hvd_kernel_guard", {"root": str(root)})["initramfs_current"] is True

@@ -152,6 +152,26 @@ def test_next_boot_is_only_read_where_the_driver_runs_in_kernel_mode(node: Path,
     assert "driver.next_boot" not in look(node)
 
 
+def test_nouveau_is_read_only_where_the_driver_role_keeps_its_blacklist(node: Path) -> None:
+    """driver.nouveau: absent where the fact says nothing of the blacklist (a fact written before the item, or the
+    role's blacklist turned off); else the blacklist and the next boot kernel's initramfs built after it."""
+    kernel_mode_node(node, "6.1.0-27-amd64", ("nvidia", "nvidia-modeset", "nvidia-uvm"))
+    assert "driver.nouveau" not in look(node)
+    fact = {"mode": "kernel", "gpu_count": "2", "blacklist_nouveau": True}
+    write(node, "/etc/ansible/facts.d/hvd_nvidia_driver.fact", json.dumps(fact))
+    assert look(node)["driver.nouveau"] == "nouveau not blacklisted (no modprobe.d file says blacklist nouveau)"
+    conf = write(node, "/etc/modprobe.d/hvd-blacklist-nouveau.conf", "blacklist nouveau\n")
+    initrd = write(node, "/boot/initrd.img-6.1.0-27-amd64", b"\x1f\x8b")
+    os.utime(initrd, (1000, 1000))
+    os.utime(conf, (2000, 2000))
+    assert look(node)["driver.nouveau"] == ("the initramfs of 6.1.0-27-amd64 predates the nouveau blacklist "
+                                            "(update-initramfs -u -k 6.1.0-27-amd64)")
+    os.utime(initrd, (3000, 3000))
+    assert look(node)["driver.nouveau"] == "ok"
+    write(node, "/etc/ansible/facts.d/hvd_nvidia_driver.fact", json.dumps({**fact, "blacklist_nouveau": False}))
+    assert "driver.nouveau" not in look(node)
+
+
 def test_mpirun_is_the_first_on_the_ssh_path(node: Path) -> None:
     assert look(node, ssh_path="/usr/bin:/bin")["mpi.path"] == "absent"
     write(node, "/usr/bin/mpirun", "#!elf", 0o755)
