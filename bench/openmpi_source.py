@@ -32,7 +32,8 @@ from tests.lab.cluster import Lab  # noqa: E402
 from tests.lab.images import build_image  # noqa: E402
 from tests.lab.stacks import cpu_stack  # noqa: E402
 
-BUILD_TASKS = ("Configure (internal hwloc, libevent and PMIx, so nodes cannot disagree on them)",
+BUILD_TASKS = ("Configure (internal hwloc, libevent and PMIx, so nodes cannot disagree on them; for Slurm, the "
+               "distro's)",
                "Compile (several minutes)", "Install into the staging folder (the tree every node gets at the prefix)",
                "Pack the staged tree - Open MPI")
 
