@@ -1,14 +1,18 @@
 """Benchmark (prints figures, asserts nothing): Open MPI's build as hvd_openmpi runs it on its builder (configure with
-the role's options, `make -j<cores>`, a serial `make install DESTDIR=...`) and with two changes tried for issue 54 and
-not adopted (configure told `--disable-dependency-tracking`, so no dependency file is written beside every object
-of a tree built once; `make -j<cores> install`), in turns: the wall time of each step and the staged tree's size and
-file count (the same tree either way).
+the role's options, `make -j<cores>`, a serial `make install DESTDIR=...`) against changes tried for issue 54, in
+turns: the wall time of each step and the staged tree's size and file count. The ways:
+  role      the role's configure options as they are now
+  tried     configure told `--disable-dependency-tracking` (no dependency file beside every object of a tree built
+            once) and `make -j<cores> install`: not adopted (the same time)
+  noromio   configure told `--disable-io-romio` (Open MPI 4.1 does MPI-IO with OMPIO on every filesystem by default;
+            ROMIO is a fallback chosen by hand): not adopted (2 % less, within the noise)
 
 On this machine, not in a node: Debian's unchanged upstream tarball (tests/debsrc.py: `openmpi_<version>.orig.tar.*`,
 as test_openmpi_source.py builds it), the role's default configure options (roles/hvd_openmpi/defaults/main.yml) and
 the same prefix layout. Needs gcc, g++, make and perl here.
 
-Run from the checkout after tests/setup.sh:  .venv/bin/python bench/openmpi_build.py [ROUNDS]   (default 1 each)
+Run from the checkout after tests/setup.sh:  .venv/bin/python bench/openmpi_build.py [ROUNDS] [WAY ...]
+(default: 1 round of each way)
 """
 
 from __future__ import annotations
@@ -29,8 +33,8 @@ from benchargs import arguments  # noqa: E402
 
 ROLE = ROOT / "roles" / "hvd_openmpi"
 PREFIX = "/opt/hvd/openmpi-bench"
-# (name, extra configure options, make install's -j)
-WAYS = (("role", [], False), ("tried", ["--disable-dependency-tracking"], True))
+# name: (extra configure options, make install's -j)
+WAYS = {"role": ([], False), "tried": (["--disable-dependency-tracking"], True), "noromio": (["--disable-io-romio"], False)}
 
 
 def _options() -> list[str]:
@@ -68,11 +72,16 @@ def main() -> None:
     from tests.debsrc import orig_tarball
 
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    ways = sys.argv[2:] or list(WAYS)
+    unknown = [w for w in ways if w not in WAYS]
+    if unknown:
+        sys.exit(f"openmpi_build.py: unknown way {unknown[0]!r} (the ways: {', '.join(WAYS)})")
     tarball = orig_tarball("openmpi")
     print(f"Open MPI from {tarball.name}, make -j{os.cpu_count()}, {rounds} round(s) each, in turns")
     print(f"{'way':8s} {'configure':>10s} {'make':>8s} {'install':>8s} {'total':>8s} {'files':>6s} {'MiB':>7s}")
     for _ in range(rounds):
-        for name, extra, parallel_install in WAYS:
+        for name in ways:
+            extra, parallel_install = WAYS[name]
             with tempfile.TemporaryDirectory(prefix="ompi-bench-") as scratch:
                 got = build(tarball, Path(scratch), extra, parallel_install)
             total = got["configure"] + got["make"] + got["install"]
