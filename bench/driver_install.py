@@ -15,60 +15,39 @@ Run from the checkout after tests/setup.sh:  .venv/bin/python bench/driver_insta
 from __future__ import annotations
 
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchargs import arguments  # noqa: E402
-from tests.lab.cluster import Lab  # noqa: E402
-from tests.lab.images import build_kernel_image  # noqa: E402
+from kernel_node import APT, kernel_node, quoted, sh  # noqa: E402
 
-SOURCES = "/etc/apt/sources.list.d/debian.sources"
 # The role's package set for Debian's distro driver (roles/hvd_nvidia_driver/vars/main.yml), pinned as it pins them.
 DRIVER = ["nvidia-kernel-dkms=535.*", "firmware-nvidia-gsp=535.*", "libcuda1=535.*", "libnvidia-ml1=535.*",
           "nvidia-smi=535.*"]
 PERSISTENCED = ["nvidia-persistenced"]
-APT = "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
 BLACKLIST = ("printf '# hvdcluster bench\\nblacklist nouveau\\noptions nouveau modeset=0\\n' "
              "> /etc/modprobe.d/hvd-blacklist-nouveau.conf")
 GENERATED = "update-initramfs: Generating"
 
 
-def _quoted(packages: list[str]) -> str:
-    return " ".join(f"'{p}'" for p in packages)
-
-
 # (name, steps before the clock, timed steps)
 WAYS = (
     ("before", ["dpkg -r zstd >/dev/null"],
-     [APT + _quoted(DRIVER), APT + _quoted(PERSISTENCED), BLACKLIST, "update-initramfs -u"]),
-    ("after", [], [BLACKLIST, APT + _quoted(DRIVER + PERSISTENCED)]),
+     [APT + quoted(DRIVER), APT + quoted(PERSISTENCED), BLACKLIST, "update-initramfs -u"]),
+    ("after", [], [BLACKLIST, APT + quoted(DRIVER + PERSISTENCED)]),
 )
 
 
 def run_way(setup: list[str], steps: list[str]) -> tuple[float, int]:
-    with tempfile.TemporaryDirectory() as scratch:
-        lab = Lab("bdrvi", 1, Path(scratch), image=build_kernel_image())
-        lab.up()
-        try:
-            prepare = [f"sed -i 's/^Components: main$/Components: main contrib non-free non-free-firmware/' {SOURCES}",
-                       "apt-get update -qq", APT + "-d -qq " + _quoted(DRIVER + PERSISTENCED) + " >/dev/null", *setup]
-            for script in prepare:
-                done = lab.exec(1, "sh", "-c", script)
-                if done.returncode != 0:
-                    sys.exit(f"failed: {script}\n{(done.stdout + done.stderr)[-3000:]}")
-            built, start = 0, time.monotonic()
-            for script in steps:
-                done = lab.exec(1, "sh", "-c", script + " 2>&1")
-                if done.returncode != 0:
-                    sys.exit(f"failed: {script}\n{done.stdout[-3000:]}")
-                built += done.stdout.count(GENERATED)
-            return time.monotonic() - start, built
-        finally:
-            lab.down()
+    with kernel_node("bdrvi", DRIVER + PERSISTENCED) as lab:
+        for script in setup:
+            sh(lab, script)
+        built, start = 0, time.monotonic()
+        for script in steps:
+            built += sh(lab, script).count(GENERATED)
+        return time.monotonic() - start, built
 
 
 def main() -> None:

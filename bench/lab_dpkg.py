@@ -13,43 +13,27 @@ Run from the checkout after tests/setup.sh:  .venv/bin/python bench/lab_dpkg.py 
 from __future__ import annotations
 
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchargs import arguments  # noqa: E402
-from tests.lab.cluster import Lab  # noqa: E402
-from tests.lab.images import build_kernel_image  # noqa: E402
+from kernel_node import APT, kernel_node, sh  # noqa: E402
 
-SOURCES = "/etc/apt/sources.list.d/debian.sources"
 SPEEDUP = "/etc/dpkg/dpkg.cfg.d/docker-apt-speedup"
-APT = "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
 PACKAGES = "nvidia-cuda-toolkit"
 # (name, steps before the clock)
 WAYS = (("fsync", [f"rm {SPEEDUP}"]), ("unsafe-io", [f"grep -qx force-unsafe-io {SPEEDUP}"]))
 
 
 def run_way(setup: list[str]) -> float:
-    with tempfile.TemporaryDirectory() as scratch:
-        lab = Lab("bdpkg", 1, Path(scratch), image=build_kernel_image())
-        lab.up()
-        try:
-            prepare = [f"sed -i 's/^Components: main$/Components: main contrib non-free non-free-firmware/' {SOURCES}",
-                       "apt-get update -qq", APT + "-d -qq " + PACKAGES + " >/dev/null", *setup]
-            for script in prepare:
-                done = lab.exec(1, "sh", "-c", script)
-                if done.returncode != 0:
-                    sys.exit(f"failed: {script}\n{(done.stdout + done.stderr)[-3000:]}")
-            start = time.monotonic()
-            done = lab.exec(1, "sh", "-c", APT + PACKAGES + " 2>&1")
-            if done.returncode != 0:
-                sys.exit(f"failed: the install\n{done.stdout[-3000:]}")
-            return time.monotonic() - start
-        finally:
-            lab.down()
+    with kernel_node("bdpkg", [PACKAGES]) as lab:
+        for script in setup:
+            sh(lab, script)
+        start = time.monotonic()
+        sh(lab, APT + PACKAGES)
+        return time.monotonic() - start
 
 
 def main() -> None:
