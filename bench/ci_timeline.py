@@ -57,29 +57,28 @@ def main() -> None:
     base = _base(args)
     longest = int(args[1]) if len(args) > 1 else 3
     runs: dict[Path, list[dict]] = {}
+    bounds: dict[Path, tuple[float, float, int]] = {}  # each run's first and last event, and how many it has
     suites = []
     for worker in sorted(base.glob("popen-gw*")):
         for suite in sorted(worker.iterdir()):
             if suite.is_symlink() or not suite.is_dir() or suite.name.endswith("current"):
                 continue
-            times = []
+            kept = []
             for run in suite.glob("inventories/*/runs/artifacts/*"):
                 runs[run] = _events(run)
-                times += [_when(e) for e in runs[run] if e.get("created")]
-            if times:
-                suites.append((min(times), max(times), worker.name, suite.name))
+                times = [_when(e) for e in runs[run] if e.get("created")]
+                if times:
+                    bounds[run] = (min(times), max(times), len(times))
+                    kept.append(bounds[run])
+            if kept:
+                suites.append((min(b[0] for b in kept), max(b[1] for b in kept), worker.name, suite.name))
     if not suites:
         sys.exit(f"ci_timeline.py: no run events under {base}")
     start = min(s[0] for s in suites)
     print(f"{base}: suites by worker, minutes from the tier's first event")
     for first, last, worker, name in sorted(suites, key=lambda s: (s[2], s[0])):
         print(f"  {worker:9s} {(first - start) / 60:6.1f} -> {(last - start) / 60:6.1f}  ({(last - first) / 60:5.1f})  {name}")
-    spans = []
-    for run, events in runs.items():
-        times = [_when(e) for e in events if e.get("created")]
-        if len(times) > 1:
-            spans.append((max(times) - min(times), run))
-    spans.sort(reverse=True)
+    spans = sorted(((last - first, run) for run, (first, last, count) in bounds.items() if count > 1), reverse=True)
     print(f"\nthe longest runs (of {len(spans)}):")
     for took, run in spans[:10]:
         print(f"  {took:7.1f} s  {run.relative_to(base)}")
