@@ -1,11 +1,12 @@
 """What the driver and dpkg benchmarks share (not a benchmark itself): one fresh node of the kernel image
 (hvdcluster/node:debian12-kernel) with the node's own apt sources opened to contrib and non-free, the given packages
-downloaded before any clock starts, and a shell step that stops the benchmark, saying what failed, where one fails."""
+(if any) downloaded before any clock starts, and a shell step that stops the benchmark, saying what failed, where one fails."""
 
 from __future__ import annotations
 
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,16 +34,25 @@ def sh(lab: Lab, script: str) -> str:
     return done.stdout
 
 
+def timed(lab: Lab, script: str) -> float:
+    """The wall seconds ``sh`` took to run ``script``."""
+    start = time.monotonic()
+    sh(lab, script)
+    return time.monotonic() - start
+
+
 @contextmanager
 def kernel_node(name: str, download: list[str]) -> Iterator[Lab]:
-    """A one-node lab named ``name`` of the kernel image, non-free open and ``download`` in apt's cache; removed after."""
+    """A one-node lab named ``name`` of the kernel image, non-free open and ``download`` (none: nothing) in apt's
+    cache; removed after."""
     with tempfile.TemporaryDirectory() as scratch:
         lab = Lab(name, 1, Path(scratch), image=build_kernel_image())
         lab.up()
         try:
             sh(lab, f"sed -i 's/^Components: main$/Components: main contrib non-free non-free-firmware/' {SOURCES}")
             sh(lab, "apt-get update -qq")
-            sh(lab, APT + "-d -qq " + quoted(download) + " >/dev/null")
+            if download:
+                sh(lab, APT + "-d -qq " + quoted(download) + " >/dev/null")
             yield lab
         finally:
             lab.down()

@@ -13,13 +13,12 @@ Run from the checkout after tests/setup.sh:  .venv/bin/python bench/lab_dpkg.py 
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchargs import arguments  # noqa: E402
-from kernel_node import APT, kernel_node, sh  # noqa: E402
+from kernel_node import APT, kernel_node, sh, timed  # noqa: E402
 
 SPEEDUP = "/etc/dpkg/dpkg.cfg.d/docker-apt-speedup"
 PACKAGES = "nvidia-cuda-toolkit"
@@ -31,9 +30,7 @@ def run_way(setup: list[str]) -> float:
     with kernel_node("bdpkg", [PACKAGES]) as lab:
         for script in setup:
             sh(lab, script)
-        start = time.monotonic()
-        sh(lab, APT + PACKAGES)
-        return time.monotonic() - start
+        return timed(lab, APT + PACKAGES)
 
 
 def main() -> None:
