@@ -111,6 +111,8 @@ EXAMPLES = r"""
 RETURN = r"""
 valid: {description: The file exists and matches., type: bool, returned: state=verified}
 sha256: {description: The file's digest (when it exists)., type: str, returned: when the file exists}
+size: {description: "verified: the valid file's size in bytes (hvd_fanout sizes its copies by it).", type: int,
+       returned: state=verified and valid}
 reason: {description: Why the file is not valid., type: str, returned: when not valid}
 removed: {description: "A file that did not match was removed (with its .sha256).", type: bool, returned: state=verified}
 path: {description: The artifact's path., type: str, returned: "state=verified, copied or held"}
@@ -156,7 +158,7 @@ def verify(path: str, expected: str | None) -> dict:
     if found != want:
         return {"valid": False, "sha256": found,
                 "reason": f"{path} is corrupt or truncated: sha256 {found}, expected {want}"}
-    return {"valid": True, "sha256": found, "reason": None}
+    return {"valid": True, "sha256": found, "reason": None, "size": os.path.getsize(path)}
 
 
 def write_atomically(path: str, text: str) -> None:

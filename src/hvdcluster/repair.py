@@ -53,6 +53,9 @@ class Repair:
     # on a reinstalled node): a role may then leave alone what the read found in sync (hvd_base: its packages and
     # fabric fact where only its managed files drifted).
     items: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    # Whether the post-flight tests the SSH mesh and mpirun again (hvd_verify_mesh): not where the repair moved
+    # none of what they rely on (MESH_ROLES).
+    prove_mesh: bool = True
 
     @property
     def tags(self) -> str:
@@ -67,6 +70,7 @@ class Repair:
         return {"hvd_targets": ",".join(self.targets),
                 **({"hvd_repair_items": self.items} if self.items else {}),
                 **({"hvd_pyenv_reinstall": self.reinstall_env} if self.reinstall_env else {}),
+                **({} if self.prove_mesh else {"hvd_verify_mesh": False}),
                 **(DEEP if self.deep else {})}
 
     def summary(self, read_seconds: float) -> dict[str, Any]:
@@ -94,6 +98,13 @@ POST_FLIGHT = "hvd_verify"
 # Items whose repair changes nothing a later role reads: a package's hold and its unattended-upgrades guard put back
 # (a package that moved while unheld reads as its own version item, which does pull BUILT_ON's roles).
 HOLDS = (".hold", ".guard")
+# The roles whose repair may move what the post-flight's reach test and its mpirun across the nodes rely on: the
+# node itself (reinstalled: the pre-flight), its names, addresses and fabric (hvd_base's /etc/hosts block), the
+# cluster's keys and pinned host keys (hvd_ssh_mesh), Open MPI. A repair of anything else (an env file taken out,
+# the same wheel installed again, a hold put back) is proven by its own role's check, the allreduces where a byte
+# they depend on changed, and the read-back of every node; the mesh, read in sync from the controller, is not
+# tested again node to node (issue 54: the proof sized to what changed).
+MESH_ROLES = frozenset({"hvd_preflight", "hvd_base", "hvd_ssh_mesh", "hvd_openmpi"})
 
 
 def repair_roles(owners: set[str], holds_only: set[str] | frozenset[str] = frozenset()) -> list[str]:
@@ -142,6 +153,7 @@ def plan(report: Report, names: Sequence[str]) -> Repair:
         reinstalled=reinstalled,
         reinstall_env=[n for n in targets if any(d.item == ENV_MANIFEST for d in report.drifted[n])],
         items=items,
+        prove_mesh=bool(reinstalled) or any(d.role in MESH_ROLES and not d.item.endswith(HOLDS) for d in owned),
     )
 
 

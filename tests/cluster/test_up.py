@@ -280,6 +280,14 @@ def test_drift_on_one_node_is_named_by_check_and_repaired_by_up_leaving_the_othe
     assert up["fast_path"]["in_sync"] == ["node1", "node3"] and up["converged"] == ["node2"], up.get("fast_path")
     assert up["hosts"]["node1"]["changed"] == 0 and up["hosts"]["node3"]["changed"] == 0
     assert [node_files(lab3, i) for i in (1, 3)] == others
+    # The post-flight sized to what was repaired: the reach test and mpirun across the nodes where a repaired item is
+    # one they rely on (every round here but the env's alone has one: names and addresses, keys, Open MPI, a new node)
+    proven = task_outcomes(up["log"])
+    mesh = any(DRIFTS[kind][2] not in ("hvd_pyenv", "hvd_horovod") for kind in kinds)
+    for task in ("Reach every other node by name and fabric address (BatchMode, strict host key checking)",
+                 "Start one process per node with mpirun and collect the hostnames"):
+        assert proven.get(task) == ({"ok"} if mesh else {"skipped"}), (task, proven.get(task))
+    assert ("Say why the mesh and mpirun are not tested again" in proven) is not mesh, proven
     if "run-dir-removed" in kinds:
         # item-level: hvd_base's drifted items are all its managed files, hvd_openmpi's its holds and their guard, so
         # only those are written again (no apt run of either role); the rest of the round's roles run whole

@@ -26,7 +26,8 @@ def test_published_artifact_gets_its_sha256_beside_it_and_verifies(tmp_path: Pat
     hvd_artifact.publish(str(part), str(final), sha(b"archive" * 1000))
     assert not part.exists() and final.read_bytes() == b"archive" * 1000
     assert (tmp_path / "env.tar.zst.sha256").read_text().split()[0] == sha(b"archive" * 1000)
-    assert hvd_artifact.verify(str(final), None)["valid"]
+    verified = hvd_artifact.verify(str(final), None)
+    assert verified["valid"] and verified["size"] == 7000  # hvd_fanout sizes its copies by it, with no second look
 
 
 def test_a_corrupt_download_is_never_published(tmp_path: Path) -> None:
