@@ -45,6 +45,12 @@ options:
     type: list
     elements: str
     default: []
+  read:
+    description: Small text files to read in the same run (as M(hvd.cluster.hvd_read) does), returned in
+      RV(content); hvd_horovod reads the keys it decides by with the fingerprint, in one module run.
+    type: list
+    elements: str
+    default: []
 author: hvdcluster developers (@hvdcluster)
 """
 
@@ -69,6 +75,10 @@ files_sha256:
   description: sha256 of I(files) and then the RECORD (path and content each).
   type: str
   returned: when files are given
+content:
+  description: Each path of I(read) (as given) -> its text, or null where it is missing.
+  type: dict
+  returned: always
 absent:
   description: The paths of I(present) that are not there (the post-flight's check script, say, which an env
     installed again from its archive does not hold).
@@ -79,6 +89,7 @@ absent:
 
 import os
 
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import read_text
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state_env import fingerprint
 
 
@@ -91,12 +102,17 @@ def main() -> None:
             "name": {"type": "str", "default": "horovod"},
             "files": {"type": "list", "elements": "str", "default": []},
             "present": {"type": "list", "elements": "str", "default": []},
+            "read": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
     absent = [path for path in module.params["present"] if not os.path.lexists(path)]
-    module.exit_json(changed=False, absent=absent, **fingerprint(module.params["prefix"], module.params["name"],
-                                                                 module.params["files"]))
+    try:
+        content = {path: read_text(path, limit=1048576, strict=True) for path in module.params["read"]}
+    except (ValueError, OSError) as error:
+        module.fail_json(msg=f"hvd_dist_record: {error}")
+    module.exit_json(changed=False, absent=absent, content=content,
+                     **fingerprint(module.params["prefix"], module.params["name"], module.params["files"]))
 
 
 if __name__ == "__main__":

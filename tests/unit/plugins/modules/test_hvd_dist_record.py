@@ -121,3 +121,18 @@ def test_dist_record_module_names_the_paths_it_was_asked_to_look_for_that_are_no
     script.write_text("print(1)\n")
     there = run_module("hvd_dist_record", args, check=True)
     assert there["absent"] == [] and there["files_sha256"] == gone["files_sha256"]
+
+
+def test_dist_record_module_reads_the_keys_a_role_decides_by_in_the_same_run(tmp_path: Path) -> None:
+    """hvd_horovod's one module run: the fingerprint and its small files (a key, a fact), null where missing."""
+    install_dist(tmp_path / "env", "horovod-0.28.1.dist-info")
+    key = tmp_path / "env" / ".hvd-env-key"
+    key.write_text("0123456789abcdef\n")
+    args = {"prefix": str(tmp_path / "env"), "read": [str(key), str(tmp_path / "env" / ".hvd-horovod-key")]}
+    result = run_module("hvd_dist_record", args, check=True)
+    assert result["content"] == {str(key): "0123456789abcdef\n", str(tmp_path / "env" / ".hvd-horovod-key"): None}
+    assert result["sha256"] == hvd_dist_record.fingerprint(str(tmp_path / "env"), "horovod")["sha256"]
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * (1048576 + 1))
+    failed = run_module("hvd_dist_record", {**args, "read": [str(big)]}, check=True)
+    assert failed.get("failed") and str(big) in failed["msg"], failed
