@@ -64,6 +64,15 @@ def read_text(path: str, limit: int | None = None, strict: bool = False) -> str 
     return data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
+READ_LIMIT = 1048576  # the most bytes hvd_read (and hvd_dist_record's read) take of one small file
+
+
+def read_all(paths: list[str], limit: int = READ_LIMIT) -> dict[str, str | None]:
+    """Each path's text (read_text, strict), None where there is no file to read; ValueError names a file over
+    ``limit``, OSError one that cannot be read: hvd_read's answer, and hvd_dist_record's ``read``."""
+    return {path: read_text(path, limit=limit, strict=True) for path in paths}
+
+
 def make_folders(path: str, mode: int = 0o755) -> None:
     """Make ``path`` and its missing parents, each ``mode`` (0755) whatever the umask (os.makedirs gives its parents
     0777 minus the umask, and its mode is taken minus the umask too: under a root umask of 077 a prefix's parent would

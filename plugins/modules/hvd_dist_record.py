@@ -89,7 +89,7 @@ absent:
 
 import os
 
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import read_text
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import read_all
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state_env import fingerprint
 
 
@@ -108,7 +108,7 @@ def main() -> None:
     )
     absent = [path for path in module.params["present"] if not os.path.lexists(path)]
     try:
-        content = {path: read_text(path, limit=1048576, strict=True) for path in module.params["read"]}
+        content = read_all(module.params["read"])
     except (ValueError, OSError) as error:
         module.fail_json(msg=f"hvd_dist_record: {error}")
     module.exit_json(changed=False, absent=absent, content=content,

@@ -41,17 +41,12 @@ content:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import read_text
-
-
-def read_all(paths: list[str], limit: int) -> dict[str, str | None]:
-    """Each path's text, None where there is no file to read; ValueError names a file over ``limit``."""
-    return {path: read_text(path, limit=limit, strict=True) for path in paths}
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import READ_LIMIT, read_all
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec={"paths": {"type": "list", "elements": "path", "required": True},
-                                          "limit": {"type": "int", "default": 1048576}},
+                                          "limit": {"type": "int", "default": READ_LIMIT}},
                            supports_check_mode=True)
     try:
         content = read_all(module.params["paths"], module.params["limit"])

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import yaml
 
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_host
+
 ROOT = Path(__file__).resolve().parents[2]
 TASK = "Listen on the probe port, so peers can test the ports NCCL and Gloo open (ends by itself)"
-sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
-import hvd_host  # noqa: E402
 
 
 def listener_script() -> str:
