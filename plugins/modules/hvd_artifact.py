@@ -15,7 +15,9 @@ whole, verified file or nothing, never a half-written one.
 
 ``state: copied`` copies ``src`` (a file another user could change, such as the login user's copy of a wheel)
 to ``path`` in a folder of root's own, hashing exactly the bytes it writes: ``path`` exists only when they are
-``sha256``. Root then uses ``path``, never ``src`` again.
+``sha256``. Root then uses ``path``, never ``src`` again. With ``workdir``, that folder is hvdcluster's private work
+folder of that name, made (or vetted) and emptied in the same module run (hvd_workdir's rules), and ``path`` the
+file's name in it.
 
 ``state: held`` is a node's own copy in the login user's artifact folder (the folder made 0700 where missing): held
 when it is a plain file of the controller copy's ``size`` and, where ``sha256`` is given (the node is about to use
@@ -52,6 +54,11 @@ options:
   sha256: {description: "Expected digest. verified: default the content of <path>.sha256.", type: str}
   src: {description: "published: the temporary file to check and rename to I(path). copied: the file to copy.",
         type: path}
+  workdir: {description: "copied: copy into hvdcluster's private work folder of this name (root-owned 0700 under
+             /var/lib/hvdcluster, made or vetted, and emptied first, as hvd_workdir with clean makes it); I(path) is
+             then the file's name in it.", type: str}
+  workdir_root: {description: "copied: the folder I(workdir) is made in (tests only).", type: path,
+                 default: /var/lib/hvdcluster}
   remove_invalid: {description: "verified: remove a file that does not match.", type: bool, default: true}
   fail_invalid: {description: "verified: fail (naming the file) instead of reporting valid=false.", type: bool,
                  default: false}
@@ -89,6 +96,15 @@ EXAMPLES = r"""
     src: /home/hvd/.cache/hvdcluster/artifacts/horovod-0.28.1-cp311-cp311-linux_x86_64.whl
     path: /var/lib/hvdcluster/horovod/horovod-0.28.1-cp311-cp311-linux_x86_64.whl
     sha256: "{{ wheel_sha256 }}"
+
+- name: The same into a private work folder made clean in the same module run (/var/lib/hvdcluster/horovod-install)
+  hvd.cluster.hvd_artifact:
+    state: copied
+    src: /home/hvd/.cache/hvdcluster/artifacts/horovod-0.28.1-cp311-cp311-linux_x86_64.whl
+    workdir: horovod-install
+    path: horovod-0.28.1-cp311-cp311-linux_x86_64.whl
+    sha256: "{{ wheel_sha256 }}"
+  register: copied  # copied.path: the copy's absolute path
 
 - name: Look for the node's own copy by name and size, check it before use, remove older copies
   hvd.cluster.hvd_artifact:
@@ -132,6 +148,7 @@ import tempfile
 
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import (
     copy_verified, make_folders, sha256_of, walk_tree)
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_workdir import ROOT, workdir
 
 HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -318,6 +335,8 @@ def main() -> None:
             "files": {"type": "dict"},
             "sha256": {"type": "str"},
             "src": {"type": "path"},
+            "workdir": {"type": "str"},
+            "workdir_root": {"type": "path", "default": ROOT},
             "remove_invalid": {"type": "bool", "default": True},
             "fail_invalid": {"type": "bool", "default": False},
         },
@@ -333,8 +352,13 @@ def main() -> None:
             publish(p["src"], p["path"], p["sha256"])
             module.exit_json(changed=True, sha256=p["sha256"].lower())
         if p["state"] == "copied":
+            if p["workdir"] is not None:
+                if os.path.basename(p["path"]) != p["path"] or p["path"] in ("", ".", ".."):
+                    raise ValueError(f"path {p['path']!r}: with workdir, the file's name only")
+                folder, _made = workdir(p["workdir_root"], p["workdir"], clean=True, check_mode=module.check_mode)
+                p["path"] = os.path.join(folder, p["path"])
             if module.check_mode:
-                module.exit_json(changed=True)
+                module.exit_json(changed=True, path=p["path"])
             copy_verified(p["src"], p["path"], p["sha256"])
             module.exit_json(changed=True, sha256=p["sha256"].lower(), path=p["path"])
         if p["state"] == "held":

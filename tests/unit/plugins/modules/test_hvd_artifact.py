@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.hvd.cluster.tests.unit.plugins.support import run_module, sha
+from ansible_collections.hvd.cluster.tests.unit.plugins.support import root_only, run_module, sha
 
 from ansible_collections.hvd.cluster.plugins.modules import hvd_artifact
 
@@ -147,6 +147,33 @@ def test_a_wheel_swapped_between_the_check_and_the_install_is_copied_as_verified
     result = run_module("hvd_artifact", {"state": "copied", "src": str(wheel),
                                          "path": str(root_dir / "w.whl"), "sha256": sha(good_bytes)})
     assert result["failed"] and "not the verified file" in result["msg"] and list(root_dir.iterdir()) == []
+
+
+@root_only
+def test_copied_into_a_workdir_makes_the_private_folder_clean_in_the_same_run(tmp_path: Path) -> None:
+    """hvd_horovod's one module run for root's folder and the copy: the folder made root-owned 0700 and emptied of
+    an earlier run's leftovers, the copy in it; a folder someone else made is refused, with nothing copied; a path
+    that is more than a name is refused."""
+    data = os.urandom(1 << 16)
+    wheel = tmp_path / "horovod.whl"
+    wheel.write_bytes(data)
+    state = tmp_path / "state"
+    args = {"state": "copied", "src": str(wheel), "path": "w.whl", "sha256": sha(data), "workdir": "horovod-install",
+            "workdir_root": str(state)}
+    looked = run_module("hvd_artifact", args, check=True)
+    assert looked["changed"] and looked["path"] == str(state / "horovod-install" / "w.whl") and not state.exists()
+    done = run_module("hvd_artifact", args)
+    folder = state / "horovod-install"
+    assert done["changed"] and done["path"] == str(folder / "w.whl") and (folder / "w.whl").read_bytes() == data
+    assert all(oct(f.stat().st_mode & 0o777) == "0o700" and f.stat().st_uid == 0 for f in (state, folder))
+    (folder / "leftover").write_text("from a run cut short")
+    again = run_module("hvd_artifact", {**args, "path": "x.whl"})
+    assert sorted(p.name for p in folder.iterdir()) == ["x.whl"] and again["path"] == str(folder / "x.whl")
+    folder.chmod(0o777)
+    refused = run_module("hvd_artifact", args)
+    assert refused["failed"] and "not 0700" in refused["msg"] and sorted(p.name for p in folder.iterdir()) == ["x.whl"]
+    named = run_module("hvd_artifact", {**args, "path": "../w.whl"})
+    assert named["failed"] and "the file's name only" in named["msg"]
 
 
 def test_held_makes_the_folder_private_and_holds_nothing_there_yet(tmp_path: Path) -> None:
