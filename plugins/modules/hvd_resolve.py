@@ -29,6 +29,12 @@ options:
     description: The resolver's configuration, for its search domains (tests only).
     type: path
     default: /etc/resolv.conf
+  interface_of:
+    description:
+      - One of I(names) (this node's own fabric address). Also name the interface that carries the address it
+        resolved to, as the kernel lists its addresses (secondary ones too, as C(ip addr show to ADDRESS) finds them),
+        without iproute2.
+    type: str
 author: hvdcluster developers (@hvdcluster)
 """
 
@@ -37,6 +43,12 @@ EXAMPLES = r"""
   hvd.cluster.hvd_resolve:
     names: "{{ nodes | map(attribute='fabric') | unique | list }}"
   register: resolved
+
+- name: Resolve every node's fabric address, and name the interface that carries this node's own
+  hvd.cluster.hvd_resolve:
+    names: [gpu01, gpu02]
+    interface_of: gpu01
+  register: resolved  # resolved.interface: eth0, or "" where no interface carries gpu01's address
 
 - name: Resolve two names and an address (an address resolves to itself)
   hvd.cluster.hvd_resolve:
@@ -53,10 +65,15 @@ sources:
   description: Name -> where its address came from (address, hosts, dns, search, kept, resolver).
   type: dict
   returned: success
+interface:
+  description: The interface that carries I(interface_of)'s address; "" where none does.
+  type: str
+  returned: with interface_of
 """
 
 import ipaddress
 import socket
+import struct
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -147,11 +164,76 @@ def resolve(name: str, hosts_file: str = "/etc/hosts", resolv_conf: str = "/etc/
     return (found, "resolver") if found else (None, "")
 
 
+# Netlink (rtnetlink(7)): the kernel's own list of every interface address, as iproute2 reads it.
+RTM_NEWADDR = 20
+RTM_GETADDR = 22
+NLMSG_ERROR = 2
+NLMSG_DONE = 3
+NLM_F_REQUEST = 0x1
+NLM_F_DUMP = 0x300
+IFA_ADDRESS = 1
+IFA_LOCAL = 2
+HEADER = struct.Struct("=LHHLL")  # nlmsghdr: length, type, flags, sequence, port
+IFADDR = struct.Struct("=BBBBI")  # ifaddrmsg: family, prefix length, flags, scope, interface index
+ATTR = struct.Struct("=HH")  # rtattr: length, type
+
+
+def kernel_addresses() -> list[tuple[str, str]]:
+    """(interface, address) for every address the kernel holds, IPv4 and IPv6, secondary ones too."""
+    found: list[tuple[str, str]] = []
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as sock:  # NETLINK_ROUTE
+        sock.bind((0, 0))
+        sock.send(HEADER.pack(HEADER.size + IFADDR.size, RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, 1, 0)
+                  + IFADDR.pack(socket.AF_UNSPEC, 0, 0, 0, 0))
+        while True:
+            data = sock.recv(1 << 16)
+            offset = 0
+            while offset + HEADER.size <= len(data):
+                length, kind = HEADER.unpack_from(data, offset)[:2]
+                if kind == NLMSG_DONE or length < HEADER.size:
+                    return found
+                if kind == NLMSG_ERROR:
+                    raise OSError("the kernel refused to list its addresses (netlink)")
+                if kind == RTM_NEWADDR:
+                    found.extend(_address(data[offset + HEADER.size:offset + length]))
+                offset += (length + 3) & ~3
+            if not data:
+                return found
+
+
+def _address(message: bytes) -> list[tuple[str, str]]:
+    """The (interface, address) of one RTM_NEWADDR message: the local address (IFA_LOCAL), else IFA_ADDRESS."""
+    family, _prefix, _flags, _scope, index = IFADDR.unpack_from(message)
+    values: dict[int, bytes] = {}
+    offset = IFADDR.size
+    while offset + ATTR.size <= len(message):
+        length, kind = ATTR.unpack_from(message, offset)
+        if length < ATTR.size:
+            break
+        values[kind] = message[offset + ATTR.size:offset + length]
+        offset += (length + 3) & ~3
+    raw = values.get(IFA_LOCAL) or values.get(IFA_ADDRESS)
+    if raw is None or family not in (socket.AF_INET, socket.AF_INET6):
+        return []
+    try:
+        name = socket.if_indextoname(index)
+    except OSError:  # the interface went away meanwhile
+        return []
+    return [(name, socket.inet_ntop(family, raw))]
+
+
+def interface_of(address: str) -> str:
+    """The interface that carries ``address`` ("" where none does)."""
+    wanted = ipaddress.ip_address(address)
+    return next((name for name, held in kernel_addresses() if ipaddress.ip_address(held) == wanted), "")
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={"names": {"type": "list", "elements": "str", "required": True},
                        "hosts_file": {"type": "path", "default": "/etc/hosts"},
-                       "resolv_conf": {"type": "path", "default": "/etc/resolv.conf"}},
+                       "resolv_conf": {"type": "path", "default": "/etc/resolv.conf"},
+                       "interface_of": {"type": "str"}},
         supports_check_mode=True,
     )
     p = module.params
@@ -165,7 +247,15 @@ def main() -> None:
             "or make the name resolvable (DNS or /etc/hosts)" % ", ".join(missing),
             addresses=addresses,
         )
-    module.exit_json(changed=False, addresses=addresses, sources=sources)
+    extra = {}
+    if p["interface_of"] is not None:
+        if p["interface_of"] not in addresses:
+            module.fail_json(msg=f"interface_of: {p['interface_of']} is not one of names")
+        try:
+            extra["interface"] = interface_of(addresses[p["interface_of"]])
+        except OSError as exc:
+            module.fail_json(msg=f"cannot list this node's interface addresses: {exc}")
+    module.exit_json(changed=False, addresses=addresses, sources=sources, **extra)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,13 @@ cannot answer by DNS (no network here but loopback), so what answers is the host
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 # the collection root: the checkout, or the installed copy ansible-test units runs in
 MODULE = Path(__file__).resolve().parents[4] / "plugins" / "modules" / "hvd_resolve.py"
@@ -24,13 +28,14 @@ fd00::8 gpu08
 """
 
 
-def resolve(tmp_path: Path, names: list[str]) -> dict:
+def resolve(tmp_path: Path, names: list[str], prefix: tuple[str, ...] = (), **more: str) -> dict:
     (tmp_path / "hosts").write_text(HOSTS)
     (tmp_path / "resolv.conf").write_text("nameserver 127.0.0.1\nsearch lab.invalid\n")
     payload = {"ANSIBLE_MODULE_ARGS": {"names": names, "hosts_file": str(tmp_path / "hosts"),
-                                       "resolv_conf": str(tmp_path / "resolv.conf"), "_ansible_check_mode": True}}
-    proc = subprocess.run([sys.executable, str(MODULE)], input=json.dumps(payload), capture_output=True, text=True,
-                          timeout=120)
+                                       "resolv_conf": str(tmp_path / "resolv.conf"), "_ansible_check_mode": True,
+                                       **more}}
+    proc = subprocess.run([*prefix, sys.executable, str(MODULE)], input=json.dumps(payload), capture_output=True,
+                          text=True, timeout=120)
     return json.loads(proc.stdout)
 
 
@@ -53,3 +58,39 @@ def test_our_block_never_outranks_another_source_and_is_only_kept_when_nothing_e
 def test_a_name_nothing_knows_fails_naming_it(tmp_path: Path) -> None:
     done = resolve(tmp_path, ["nowhere.invalid"])
     assert done["failed"] and "cannot resolve nowhere.invalid" in done["msg"]
+
+
+def ip_addresses(*prefix: str) -> list[tuple[str, str]]:
+    """(interface, address) as iproute2 lists them (``ip -o addr``)."""
+    out = subprocess.run([*prefix, "ip", "-o", "addr"], capture_output=True, text=True, check=True).stdout
+    return [(line.split()[1], line.split()[3].split("/")[0]) for line in out.splitlines() if line.strip()]
+
+
+@pytest.mark.skipif(shutil.which("ip") is None, reason="iproute2 (ip) is not installed here")
+def test_the_interface_of_each_address_is_the_one_iproute2_names(tmp_path: Path) -> None:
+    """hvd_base's fabric fact: the interface read from the kernel (netlink), held against `ip` on this machine."""
+    listed = ip_addresses()
+    assert listed and ("lo", "127.0.0.1") in listed
+    for name, address in listed:
+        done = resolve(tmp_path, [address], interface_of=address)
+        assert done.get("interface") == name, (address, done)
+
+
+def test_an_address_no_interface_carries_names_none_and_interface_of_must_be_a_name(tmp_path: Path) -> None:
+    assert resolve(tmp_path, ["gpu07"], interface_of="gpu07")["interface"] == ""  # 10.1.0.7: not this machine's
+    done = resolve(tmp_path, ["gpu07"], interface_of="gpu08")
+    assert done["failed"] and "interface_of: gpu08 is not one of names" in done["msg"]
+    assert "interface" not in resolve(tmp_path, ["gpu07"])
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None,
+                    reason="needs root, unshare and ip: a network namespace of its own")
+def test_a_secondary_address_is_found_on_its_interface(tmp_path: Path) -> None:
+    """A second address on an interface (where `ip` finds it and a per-interface query of the first address does
+    not): in a network namespace of the test's own, on its loopback."""
+    script = tmp_path / "netns.sh"
+    script.write_text("ip link set lo up && ip addr add 10.77.0.9/24 dev lo && ip addr add 10.77.0.10/24 dev lo"
+                      f" && exec {sys.executable} {MODULE}\n")
+    done = resolve(tmp_path, ["10.77.0.10", "gpu07"], prefix=("unshare", "--net", "sh", str(script)),
+                   interface_of="10.77.0.10")
+    assert done["interface"] == "lo", done
