@@ -147,7 +147,7 @@ def test_open_mpi_is_built_once_from_an_empty_cache_and_installed_from_the_same_
 def test_the_urls_secrets_appear_in_nothing_printed_or_kept(converged, lab: Lab) -> None:
     """The user's password and the token: not in what `up` printed (its --json and its stderr), `plan`'s output,
     the inventory, the run logs (runs/, 0700) or the controller cache; the inventory names the URL's environment
-    variable instead."""
+    variable instead. The cluster's private key: in its own file only."""
     cli, doc, printed = converged
     plan = cli("plan", "hosts.yaml", "--json")
     assert plan.returncode == 0 and f"{USER}:" not in plan.stdout and "<redacted>" in plan.stdout, plan.stdout
@@ -159,6 +159,14 @@ def test_the_urls_secrets_appear_in_nothing_printed_or_kept(converged, lab: Lab)
             if path.is_file() and path.name != "hosts.yaml"]
     assert len(kept) > 50 and any("/runs/" in str(path) for path in kept)
     leaked = [str(path) for path in kept if any(secret.encode() in path.read_bytes() for secret in SECRETS)]
+    assert leaked == []
+    # The cluster's private key went to every node as a module argument (hvd_ssh_mesh, no_log): in no run log.
+    key = root / "ssh" / "id_ed25519"
+    # OpenSSH's ed25519 layout: from the fourth base64 line on, the private half (the lines before it are alike in
+    # every such key, or carry the public half).
+    secret = [line.encode() for line in key.read_text().splitlines() if line and not line.startswith("-----")][3:]
+    assert secret and all(len(line) >= 40 for line in secret), secret
+    leaked = [str(path) for path in kept if path != key and any(line in path.read_bytes() for line in secret)]
     assert leaked == []
     assert "HVD_OPENMPI_URL" in (root / "group_vars" / "all" / "stack.yml").read_text()
 
