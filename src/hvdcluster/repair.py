@@ -161,13 +161,20 @@ def after_change(report: Report, names: Sequence[str], first_role: str) -> Repai
     """What to converge when the inputs changed (``first_role``: the earliest role that reads a changed variable,
     inputs.change) on a cluster whose nodes all have records: every node, with the roles from ``first_role`` or from
     the earliest role some node's drift needs, whichever comes first, to the end of site.yml. Its roles start with
-    hvd_preflight where a node was reinstalled: every role, as a full converge."""
+    hvd_preflight where a node was reinstalled: every role, as a full converge. The post-flight tests the mesh and
+    mpirun again only where those roles (or the drift) can have moved them."""
     from . import drift
 
     drifted = plan(report, names)
     first = min([drift.ROLES.index(first_role), *([drift.ROLES.index(drifted.roles[0])] if drifted.roles else [])])
+    roles = drift.ROLES[first:]
+    # The mesh and mpirun proven again where this run moves what they rely on (a role of MESH_ROLES runs, a node's
+    # drift moved it, a node was reinstalled) or where the post-flight's own variables changed; a change that
+    # reaches only the env and Horovod (a package added) is proven by their checks and the allreduces.
+    mesh = drifted.prove_mesh or bool(MESH_ROLES.intersection(roles)) or first_role == POST_FLIGHT
     return Repair(in_sync=[], targets=list(names), repaired=drifted.repaired, by_hand=drifted.by_hand,
-                  roles=drift.ROLES[first:], reinstalled=drifted.reinstalled, reinstall_env=drifted.reinstall_env)
+                  roles=roles, reinstalled=drifted.reinstalled, reinstall_env=drifted.reinstall_env,
+                  prove_mesh=mesh)
 
 
 # ------------------------------------------------------------------------------------------ a roll's order and scope

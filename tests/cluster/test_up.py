@@ -854,6 +854,10 @@ def test_a_rolling_up_changes_one_node_at_a_time_and_waits_for_the_job_on_node3(
                and not e["event_data"].get("task", "").startswith("Validating arguments against arg spec")}
         assert {"hvd_pyenv", "hvd_horovod", "hvd_verify"} <= ran, (batch["nodes"], sorted(ran))
         assert not ran & {"hvd_preflight", "hvd_base", "hvd_ssh_mesh", "hvd_openmpi"}, (batch["nodes"], sorted(ran))
+        # and so nothing the mesh and mpirun rely on: the post-flight says why it does not test them again
+        proven = task_outcomes(batch["log"])
+        assert proven["Say why the mesh and mpirun are not tested again"] == {"ok"}, (batch["nodes"], proven)
+        assert proven["Start one process per node with mpirun and collect the hostnames"] == {"skipped"}, proven
     assert batches[2]["started"] >= told  # node3 only once its job was over
     # the lease names who launched it on the controller, and the launcher's pid there
     assert re.search(rf"node3: waiting \(up to 600 s\): running job \S+ of {getpass.getuser()} \(pid \d+ on ", text), \

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hvdcluster import drift
-from hvdcluster.repair import plan, takes_fast_path
+from hvdcluster.repair import after_change, plan, takes_fast_path
 
 NAMES = ["gpu01", "gpu02", "gpu03"]
 STATE = {"os.release": "debian 12", "os.kernel": "6.1.0-18-amd64", "os.machine-id": "m" * 32, "cuda.version": "12.4",
@@ -95,6 +95,24 @@ def test_the_post_flight_tests_the_mesh_again_only_where_the_repair_moved_what_i
     todo = plan(report(**drifted), NAMES)
     assert todo.roles and todo.prove_mesh is mesh
     assert todo.extravars.get("hvd_verify_mesh", True) is mesh
+
+
+@pytest.mark.parametrize(("first_role", "drifted", "mesh"), [
+    ("hvd_pyenv", {}, False),  # a package added to the env: the env and Horovod on every node, nothing of the mesh
+    ("hvd_horovod", {}, False),  # a Horovod build option
+    ("hvd_verify", {}, True),  # the post-flight's own variables
+    ("hvd_openmpi", {}, True),  # Open MPI's own variables: every node's Open MPI converged
+    ("hvd_nccl", {}, True),  # from NCCL on: Open MPI runs too
+    ("hvd_pyenv", {"gpu02": {"mesh.authorized": False}}, True),  # a node's drift reaches the mesh
+    ("hvd_pyenv", {"gpu02": {"env.files": "changed"}}, False),  # a node's drift reaches only the env
+])
+def test_after_a_change_of_inputs_the_mesh_is_tested_again_only_where_the_run_can_move_it(first_role, drifted,
+                                                                                           mesh) -> None:
+    todo = after_change(report(**drifted), NAMES, first_role)
+    assert todo.targets == NAMES and todo.roles[-1] == "hvd_verify" and todo.prove_mesh is mesh
+    assert todo.extravars.get("hvd_verify_mesh", True) is mesh
+    assert (set(todo.roles) & {"hvd_base", "hvd_ssh_mesh", "hvd_openmpi"} != set()) or first_role == "hvd_verify" \
+        or not mesh
 
 
 def test_a_changed_env_manifest_makes_hvd_pyenv_install_that_nodes_env_again() -> None:

@@ -154,16 +154,18 @@ def test_up_converges_every_node_when_the_fast_path_cannot_be_trusted(hosts, ren
     assert nodestate.recorded_inputs(root)  # the full converge decides about it, not the fast path
 
 
-@pytest.mark.parametrize(("change", "drift", "tags"), [
-    ("hvd_pyenv_packages: [torch==2.13.0, six]\n", {}, "hvd_pyenv,hvd_horovod,hvd_verify,hvd_state"),
+@pytest.mark.parametrize(("change", "drift", "tags", "mesh"), [
+    ("hvd_pyenv_packages: [torch==2.13.0, six]\n", {}, "hvd_pyenv,hvd_horovod,hvd_verify,hvd_state", False),
     ("hvd_pyenv_packages: [torch==2.13.0, six]\n", {"mpi.version": "4.1.2"},
-     ",".join([*ROLES[ROLES.index("hvd_openmpi"):], "hvd_state"])),  # every role from Open MPI's on
-    ("hvd_fabric_interface: ib0\n", {}, "hvd_verify,hvd_state"),  # read by `run` only: the cluster proven again
+     ",".join([*ROLES[ROLES.index("hvd_openmpi"):], "hvd_state"]), True),  # every role from Open MPI's on
+    ("hvd_fabric_interface: ib0\n", {}, "hvd_verify,hvd_state", True),  # read by `run` only: the cluster proven again
 ])
 def test_up_after_a_change_of_variables_converges_every_node_from_the_first_role_that_reads_them(
-        hosts, rendered, recorded, monkeypatch, capsys, change: str, drift: dict, tags: str) -> None:
+        hosts, rendered, recorded, monkeypatch, capsys, change: str, drift: dict, tags: str, mesh: bool) -> None:
     """A package added to the env: every node runs hvd_pyenv and the roles after it (not the base, the mesh, Open
-    MPI), or from an earlier role where a node's own drift needs it; the inputs are recorded once it ends well."""
+    MPI), or from an earlier role where a node's own drift needs it; the inputs are recorded once it ends well. The
+    post-flight tests the mesh and mpirun again only where Open MPI's role (or an earlier one) runs, or where its own
+    inputs changed."""
     from hvdcluster import nodestate
 
     root = rendered / "c1"
@@ -175,7 +177,8 @@ def test_up_after_a_change_of_variables_converges_every_node_from_the_first_role
     captured = capsys.readouterr()
     doc = json.loads(captured.out)
     assert recorded.calls == [{"playbook": "site.yml", "tags": tags,
-                               "extravars": {"hvd_targets": "gpu01,gpu02", "hvd_state_health": True}}]
+                               "extravars": {"hvd_targets": "gpu01,gpu02", "hvd_state_health": True,
+                                             **({} if mesh else {"hvd_verify_mesh": False})}}]
     assert doc["changed_inputs"] == {"variables": [change.split(":")[0]], "roles": tags.split(",")[:-1]}
     assert doc["converged"] == ["gpu01", "gpu02"] and doc["ok"]
     assert f"inputs changed since the last converge: {change.split(':')[0]}" in captured.err
