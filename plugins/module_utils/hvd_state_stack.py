@@ -12,6 +12,7 @@ import os
 import re
 
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_apt_conf import uu_blacklist, uu_blacklisted
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_dpkg import dpkg_status
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_driver import (
     find_nvml,
     given_versions,
@@ -55,27 +56,6 @@ def os_state(root: str) -> dict:
     return {"os.release": release or ABSENT, "os.kernel": os.uname().release,
             # A reinstalled node gets a new one: d16 only (the id itself is meant to stay on the machine).
             "os.machine-id": d16(machine.encode()) if machine else ABSENT}
-
-
-def dpkg_status(root: str) -> list[tuple[str, str, str, bool, bool]]:
-    """Every entry of dpkg's status file as (package, architecture, version, installed, held)."""
-    entries = []
-    text = read_text(under(root, "/var/lib/dpkg/status")) or ""
-    for stanza in text.split("\n\n"):
-        fields = {}
-        for line in stanza.splitlines():
-            if line[:1] in (" ", "\t", ""):
-                continue
-            key, dummy, value = line.partition(":")
-            if key in ("Package", "Status", "Version", "Architecture"):
-                fields[key] = value.strip()
-        if "Package" not in fields:
-            continue
-        status = fields.get("Status", "").split()
-        installed = len(status) == 3 and status[2] == "installed"
-        held = bool(status) and status[0] == "hold"
-        entries.append((fields["Package"], fields.get("Architecture", ""), fields.get("Version", ""), installed, held))
-    return entries
 
 
 def packages_state(root: str, names: list[str]) -> dict:

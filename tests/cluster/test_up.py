@@ -152,6 +152,8 @@ def test_check_on_a_converged_cluster_exits_0_and_changes_nothing(hvd, lab3: Lab
 
 
 SITE = "/opt/hvd/env/lib/python3.11/site-packages"
+MPI_PACKAGES = "Install the distro's Open MPI and hold it (apt only for what dpkg lacks)"
+
 # One drift at a time on node2: (what is done, the item `check` must name, the role that repairs it).
 DRIFTS = {
     "env-file-deleted": (f"rm {SITE}/psutil/_common.py", "env.files", "hvd_pyenv"),
@@ -288,12 +290,19 @@ def test_drift_on_one_node_is_named_by_check_and_repaired_by_up_leaving_the_othe
                  "Start one process per node with mpirun and collect the hostnames"):
         assert proven.get(task) == ({"ok"} if mesh else {"skipped"}), (task, proven.get(task))
     assert proven["Say why the mesh and mpirun are not tested again"] == ({"skipped"} if mesh else {"ok"}), proven
+    mpi = [(e["event_data"]["host"], e["event_data"]["res"]) for e in run_events(up["log"])
+           if e.get("event") == "runner_on_ok" and e["event_data"].get("task") == MPI_PACKAGES]
     if "run-dir-removed" in kinds:
         # item-level: hvd_base's drifted items are all its managed files, hvd_openmpi's its holds and their guard, so
-        # only those are written again (no apt run of either role); the rest of the round's roles run whole
+        # only those are written again (no apt run of either role: hvd_packages finds Open MPI installed and only
+        # holds it); the rest of the round's roles run whole
         ran = {task for task, outcomes in task_outcomes(up["log"]).items() if outcomes - {"skipped"}}
-        assert "Hold the distro's Open MPI, so no upgrade on one node moves it away from the others" in ran, ran
-        assert not ran & {"Install base packages", "Install the distro's Open MPI"}, ran
+        assert "Install base packages" not in ran, ran
+        assert [(host, res["installed"], res["held"], res["cache_updated"]) for host, res in mpi] == [
+            ("node2", [], ["openmpi-bin"], False)], mpi
+    if "mpi-package-removed" in kinds:  # apt ran for what dpkg lacked alone, and both packages were held again
+        assert [(host, res["installed"], res["held"]) for host, res in mpi] == [
+            ("node2", ["openmpi-bin"], ["openmpi-bin", "libopenmpi-dev"])], mpi
     rc, doc = hvd.check_json()
     assert rc == 0 and doc["drifted"] == {}, doc
 
