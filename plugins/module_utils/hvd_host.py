@@ -15,7 +15,6 @@ import platform
 import re
 import shutil
 import socket
-import struct
 import subprocess
 import tempfile
 import time
@@ -28,9 +27,8 @@ from ansible_collections.hvd.cluster.plugins.module_utils.hvd_driver import (
 )
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import nvidia_pci
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import read_text, under
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_netlink import kernel_addresses
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state_stack import mpi_state, os_state
-
-SIOCGIFADDR = 0x8915
 
 
 def run(*argv: str, path: str | None = None) -> tuple[int, str]:
@@ -50,23 +48,17 @@ def run(*argv: str, path: str | None = None) -> tuple[int, str]:
 
 
 def interfaces() -> dict:
-    """name -> {"ipv4": address or "", "mtu": int} for every interface (no iproute2 needed)."""
-    import fcntl
-
+    """name -> {"ipv4": its first IPv4 address or "", "mtu": int} for every interface (the kernel's netlink list,
+    hvd_resolve's reader: no iproute2 needed)."""
+    first: dict[str, str] = {}
+    for name, address in kernel_addresses():
+        if "." in address:
+            first.setdefault(name, address)
     out = {}
     for path in sorted(glob.glob("/sys/class/net/*")):
         name = os.path.basename(path)
         mtu = int((read_text(path + "/mtu") or "0").strip() or 0)
-        address = ""
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            packed = fcntl.ioctl(sock.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
-            address = socket.inet_ntoa(packed[20:24])
-        except OSError:
-            pass
-        finally:
-            sock.close()
-        out[name] = {"ipv4": address, "mtu": mtu}
+        out[name] = {"ipv4": first.get(name, ""), "mtu": mtu}
     return out
 
 

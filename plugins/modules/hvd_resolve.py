@@ -73,9 +73,10 @@ interface:
 
 import ipaddress
 import socket
-import struct
 
 from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_netlink import kernel_addresses
 
 OURS = "hvdcluster "  # the blocks hvdcluster writes: '# BEGIN hvdcluster <cluster> ...' / '# END hvdcluster ...'
 
@@ -162,64 +163,6 @@ def resolve(name: str, hosts_file: str = "/etc/hosts", resolv_conf: str = "/etc/
         return prefer_v4(ours), "kept"
     found = ask(name)
     return (found, "resolver") if found else (None, "")
-
-
-# Netlink (rtnetlink(7)): the kernel's own list of every interface address, as iproute2 reads it.
-RTM_NEWADDR = 20
-RTM_GETADDR = 22
-NLMSG_ERROR = 2
-NLMSG_DONE = 3
-NLM_F_REQUEST = 0x1
-NLM_F_DUMP = 0x300
-IFA_ADDRESS = 1
-IFA_LOCAL = 2
-HEADER = struct.Struct("=LHHLL")  # nlmsghdr: length, type, flags, sequence, port
-IFADDR = struct.Struct("=BBBBI")  # ifaddrmsg: family, prefix length, flags, scope, interface index
-ATTR = struct.Struct("=HH")  # rtattr: length, type
-
-
-def kernel_addresses() -> list[tuple[str, str]]:
-    """(interface, address) for every address the kernel holds, IPv4 and IPv6, secondary ones too."""
-    found: list[tuple[str, str]] = []
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0) as sock:  # NETLINK_ROUTE
-        sock.bind((0, 0))
-        sock.send(HEADER.pack(HEADER.size + IFADDR.size, RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, 1, 0)
-                  + IFADDR.pack(socket.AF_UNSPEC, 0, 0, 0, 0))
-        while True:
-            data = sock.recv(1 << 16)
-            offset = 0
-            while offset + HEADER.size <= len(data):
-                length, kind = HEADER.unpack_from(data, offset)[:2]
-                if kind == NLMSG_DONE or length < HEADER.size:
-                    return found
-                if kind == NLMSG_ERROR:
-                    raise OSError("the kernel refused to list its addresses (netlink)")
-                if kind == RTM_NEWADDR:
-                    found.extend(_address(data[offset + HEADER.size:offset + length]))
-                offset += (length + 3) & ~3
-            if not data:
-                return found
-
-
-def _address(message: bytes) -> list[tuple[str, str]]:
-    """The (interface, address) of one RTM_NEWADDR message: the local address (IFA_LOCAL), else IFA_ADDRESS."""
-    family, _prefix, _flags, _scope, index = IFADDR.unpack_from(message)
-    values: dict[int, bytes] = {}
-    offset = IFADDR.size
-    while offset + ATTR.size <= len(message):
-        length, kind = ATTR.unpack_from(message, offset)
-        if length < ATTR.size:
-            break
-        values[kind] = message[offset + ATTR.size:offset + length]
-        offset += (length + 3) & ~3
-    raw = values.get(IFA_LOCAL) or values.get(IFA_ADDRESS)
-    if raw is None or family not in (socket.AF_INET, socket.AF_INET6):
-        return []
-    try:
-        name = socket.if_indextoname(index)
-    except OSError:  # the interface went away meanwhile
-        return []
-    return [(name, socket.inet_ntop(family, raw))]
 
 
 def interface_of(address: str) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -14,8 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.hvd.cluster.tests.unit.plugins.support import COLLECTIONS
+
 # the collection root: the checkout, or the installed copy ansible-test units runs in
 MODULE = Path(__file__).resolve().parents[4] / "plugins" / "modules" / "hvd_resolve.py"
+# the collection's folder on the import path, as Ansible's module packaging puts it (the module imports its reader)
+BOOT = ("import sys, runpy; sys.path.insert(0, sys.argv[1]); "
+        "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')")
 
 HOSTS = """\
 127.0.0.1 localhost
@@ -34,8 +40,8 @@ def resolve(tmp_path: Path, names: list[str], prefix: tuple[str, ...] = (), **mo
     payload = {"ANSIBLE_MODULE_ARGS": {"names": names, "hosts_file": str(tmp_path / "hosts"),
                                        "resolv_conf": str(tmp_path / "resolv.conf"), "_ansible_check_mode": True,
                                        **more}}
-    proc = subprocess.run([*prefix, sys.executable, str(MODULE)], input=json.dumps(payload), capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run([*prefix, sys.executable, "-c", BOOT, str(COLLECTIONS), str(MODULE)],
+                          input=json.dumps(payload), capture_output=True, text=True, timeout=120)
     return json.loads(proc.stdout)
 
 
@@ -90,7 +96,24 @@ def test_a_secondary_address_is_found_on_its_interface(tmp_path: Path) -> None:
     not): in a network namespace of the test's own, on its loopback."""
     script = tmp_path / "netns.sh"
     script.write_text("ip link set lo up && ip addr add 10.77.0.9/24 dev lo && ip addr add 10.77.0.10/24 dev lo"
-                      f" && exec {sys.executable} {MODULE}\n")
+                      f" && exec {sys.executable} -c {shlex.quote(BOOT)} {COLLECTIONS} {MODULE}\n")
     done = resolve(tmp_path, ["10.77.0.10", "gpu07"], prefix=("unshare", "--net", "sh", str(script)),
                    interface_of="10.77.0.10")
     assert done["interface"] == "lo", done
+
+
+@pytest.mark.skipif(shutil.which("ip") is None, reason="iproute2 (ip) is not installed here")
+def test_the_preflight_look_reads_the_same_list_each_interfaces_first_ipv4_and_mtu() -> None:
+    """The pre-flight's look (hvd_host.interfaces) takes hvd_resolve's netlink reader: per interface the first IPv4
+    address `ip -4` lists, and the MTU, held against this machine."""
+    from ansible_collections.hvd.cluster.plugins.module_utils.hvd_host import interfaces
+
+    first: dict[str, str] = {}
+    for name, address in ip_addresses():
+        if "." in address:
+            first.setdefault(name, address)
+    found = interfaces()
+    assert sorted(found) == sorted(os.listdir("/sys/class/net")) and found["lo"]["ipv4"] == "127.0.0.1"
+    for name, look in found.items():
+        mtu = int(Path(f"/sys/class/net/{name}/mtu").read_text())
+        assert look == {"ipv4": first.get(name, ""), "mtu": mtu}, (name, look)
