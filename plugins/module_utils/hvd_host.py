@@ -12,6 +12,7 @@ from __future__ import annotations
 import glob
 import os
 import platform
+import pwd
 import re
 import shutil
 import socket
@@ -134,6 +135,26 @@ def mpi(ssh_path: str = "", root: str = "/") -> dict:
     return {"noninteractive": path, "version": text.strip().splitlines()[0] if rc == 0 and text.strip() else ""}
 
 
+def login_mpirun(user: str) -> str:
+    """The mpirun a login shell of ``user`` finds (bash -l, as ``ssh user@node bash -lc`` would run it), "" where it
+    finds none or cannot be asked. As root (the probe's become) it becomes that user with runuser's login session:
+    its HOME, the PAM environment (/etc/environment), its profile files."""
+    if not user:
+        return ""
+    try:
+        me = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        me = ""
+    if user == me:
+        rc, text = run("bash", "-lc", "command -v mpirun || true")
+    elif os.geteuid() == 0:
+        rc, text = run("runuser", "-l", user, "-s", "/bin/bash", "-c", "command -v mpirun || true")
+    else:
+        return ""
+    paths = [line.strip() for line in text.splitlines() if line.strip().startswith("/")] if rc == 0 else []
+    return paths[-1] if paths else ""
+
+
 def writable(folder: str) -> str:
     try:
         handle, path = tempfile.mkstemp(prefix=".hvd-preflight-", dir=folder)
@@ -205,8 +226,9 @@ def peers_seen(peers: list[dict], ifaces: dict) -> list[dict]:
 
 
 def look(*, peers: list[dict] | None = None, paths: list[str] | None = None, tmp_dir: str = "/tmp",
-         host_cxx: str = "", ssh_path: str = "") -> dict:
-    """The host as the pre-flight judges it and ``plan --probe`` resolves for it (nested, JSON-ready)."""
+         host_cxx: str = "", ssh_path: str = "", login_user: str = "") -> dict:
+    """The host as the pre-flight judges it and ``plan --probe`` resolves for it (nested, JSON-ready); with
+    ``login_user``, ``mpi.login`` is the mpirun that user's login shell finds."""
     ifaces = interfaces()
     release = os_state("/")["os.release"]
     os_id, dummy, os_version = ("" if release == "absent" else release).partition(" ")
@@ -225,7 +247,7 @@ def look(*, peers: list[dict] | None = None, paths: list[str] | None = None, tmp
         "secure_boot": secure_boot(),
         "nvidia": nvidia(),
         "gcc": compilers(host_cxx),
-        "mpi": mpi(ssh_path),
+        "mpi": {**mpi(ssh_path), **({"login": login_mpirun(login_user)} if login_user else {})},
         "interfaces": ifaces,
         "ephemeral_ports": [int(p) for p in ports] if len(ports) == 2 else [],
         "peers": peers_seen(peers or [], ifaces),

@@ -100,7 +100,7 @@ options:
     description:
       - Look at the host too (returned as I(host)). Keys, all optional - C(peers) (list of name, address, port,
         probe_port), C(paths) (folders whose free space matters), C(tmp_dir) (must be writable), C(host_cxx)
-        (the CUDA host compiler).
+        (the CUDA host compiler), C(login_user) (whose login shell is asked for mpirun, returned as C(mpi.login)).
     type: dict
   health:
     description: Read the node's quick health too (C(hvd_health_read) with I(quick); returned as I(health)).
@@ -185,7 +185,7 @@ def main() -> None:
             want = p["look"]
             extra["host"] = look(peers=want.get("peers") or [], paths=want.get("paths") or [],
                                  tmp_dir=want.get("tmp_dir") or "/tmp", host_cxx=want.get("host_cxx") or "",
-                                 ssh_path=p["ssh_path"])
+                                 ssh_path=p["ssh_path"], login_user=want.get("login_user") or "")
         if p["health"]:
             began = time.monotonic()
             extra["health"] = read_health(p["root"], "", True, TIMEOUT)
