@@ -24,6 +24,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.hvd.cluster.plugins.module_utils import hvd_members as member_rules
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_apt_conf import uu_guard
 
 
 def member(name: str, host: Mapping[str, Any]) -> dict[str, Any]:
@@ -124,6 +125,14 @@ def hvd_host_list(per_host: Mapping[str, int]) -> str:
     return member_rules.host_list(per_host)
 
 
+def hvd_uu_guard(owner: str, packages: Iterable[str], prefixes: Iterable[str] = ()) -> str:
+    """The text of ``owner``'s unattended-upgrades guard file (hvd_apt_conf.uu_guard: the one hvd_packages writes)."""
+    try:
+        return uu_guard(owner, list(packages or []), list(prefixes or []))[1]
+    except ValueError as error:
+        raise AnsibleFilterError(f"hvd_uu_guard: {error}") from error
+
+
 def hvd_rotate(items: list[Any], start: int) -> list[Any]:
     """``items`` starting at position ``start`` (modulo its length) and wrapping round: when every node walks its
     peers from its own position, no two nodes knock on the same peer at once (sshd drops connections beyond
@@ -139,4 +148,5 @@ class FilterModule:
         return {"hvd_members": hvd_members, "hvd_member_peers": hvd_member_peers,
                 "hvd_allreduce_ranks": hvd_allreduce_ranks,
                 "hvd_allreduce_throughput": hvd_allreduce_throughput, "hvd_rotate": hvd_rotate,
-                "hvd_fabric_interfaces": hvd_fabric_interfaces, "hvd_host_list": hvd_host_list}
+                "hvd_fabric_interfaces": hvd_fabric_interfaces, "hvd_host_list": hvd_host_list,
+                "hvd_uu_guard": hvd_uu_guard}

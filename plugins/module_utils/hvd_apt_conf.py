@@ -12,6 +12,7 @@ import glob
 import os
 import re
 
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_dpkg import stanzas
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import read_text, under
 
 
@@ -144,14 +145,26 @@ def uu_blacklisted(name: str, patterns: list[str]) -> bool:
     return False
 
 
-def installed_packages(root: str) -> set[str]:
-    """The names of the packages dpkg's status file says are installed (held or not)."""
-    names = set()
-    for stanza in (read_text(under(root, "/var/lib/dpkg/status")) or "").split("\n\n"):
-        fields = dict(re.findall(r"^(Package|Status):[ \t]*(.*?)[ \t]*$", stanza, re.M))
-        if "Package" in fields and fields.get("Status", "").split()[2:3] == ["installed"]:
-            names.add(fields["Package"])
-    return names
+GUARD_FILE = "/etc/apt/apt.conf.d/51hvdcluster-{owner}"
+_OWNER = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+
+def uu_guard(owner: str, packages: list[str], prefixes: list[str] = ()) -> tuple[str, str]:
+    """The guard file of ``owner`` (the role whose packages these are) and its text: one Package-Blacklist entry per
+    package name (``name:arch`` taken as ``name``), matched exactly (a literal: '.' and '+' in brackets, ending in
+    '$'), and one per prefix (covering every name that starts with it). One writer of it for the roles' ``unattended``
+    entry point (the hvd_uu_guard filter) and for M(hvd.cluster.hvd_packages)."""
+    if not _OWNER.fullmatch(owner or ""):
+        raise ValueError(f"{owner!r} is not a role name (the guard file is named after it)")
+
+    def literal(text: str) -> str:
+        return text.replace(".", "[.]").replace("+", "[+]")
+
+    lines = [f"// Managed by hvdcluster ({owner}): pinned and held, so unattended-upgrades leaves them alone.",
+             "Unattended-Upgrade::Package-Blacklist {"]
+    lines += [f'    "{literal(name)}$";' for name in sorted({p.split(":", 1)[0] for p in packages})]
+    lines += [f'    "{literal(prefix)}";' for prefix in sorted(prefixes)]
+    return GUARD_FILE.format(owner=owner), "\n".join(lines + ["};", ""])
 
 
 def uu_guard_missing(root: str, packages: list[str]) -> list[str]:
@@ -159,6 +172,6 @@ def uu_guard_missing(root: str, packages: list[str]) -> list[str]:
     unattended-upgrades' Package-Blacklist does not cover, sorted: each one an unattended run may upgrade behind
     the holds' back. A package not installed needs no guard."""
     patterns = uu_blacklist(root)
-    installed = installed_packages(root)
+    installed = {e["package"] for e in stanzas(root) if e["installed"]}
     names = {p.split(":", 1)[0] for p in packages}
     return sorted(n for n in names if n in installed and not uu_blacklisted(n, patterns))

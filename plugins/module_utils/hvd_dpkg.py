@@ -57,6 +57,11 @@ def parse_wanted(item: str) -> dict:
     return match.groupdict()
 
 
+def parse_name(item: str) -> str:
+    """The package name of an item (its arch and version dropped)."""
+    return parse_wanted(item)["name"]
+
+
 def plan(entries: list[dict], wanted: list[str], hold: bool) -> dict:
     """What is to be done for ``wanted`` on a node whose dpkg status is ``entries``: ``install`` (the items not
     installed: a version given must be the installed one; a name without one is also met by an installed package

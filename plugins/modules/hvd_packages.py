@@ -18,7 +18,10 @@ description:
   - Missing items are installed with one apt-get run (non-interactive, the configuration files kept as they are,
     waiting up to I(lock_timeout) seconds for another apt or dpkg to finish); before it, with I(update_cache), the
     lists are refreshed when older than I(cache_valid_time) seconds.
-  - With I(hold), every item is held (dpkg's selection C(hold)); nothing is ever unheld.
+  - With I(hold), every item is held (dpkg's selection C(hold)); nothing is ever unheld. With I(guard) too,
+    unattended-upgrades is kept off them (it upgrades behind the holds on some releases): the file
+    /etc/apt/apt.conf.d/51hvdcluster-<guard> lists each name in its Package-Blacklist, written (0644) only when
+    its text differs, the same text hvd_base's C(unattended) entry point writes.
   - The result is read back from dpkg's status file; an item still missing or unheld fails the task.
   - Supports check mode (reports what it would install and hold).
 options:
@@ -32,6 +35,10 @@ options:
     description: Hold every item, so no upgrade moves it.
     type: bool
     default: false
+  guard:
+    description: With I(hold), the role whose packages these are (it names the guard file); empty - no guard file.
+    type: str
+    default: ""
   update_cache:
     description: Refresh apt's lists before installing (only when something is missing), and once more when an
       install from lists younger than I(cache_valid_time) fails.
@@ -58,6 +65,7 @@ EXAMPLES = r"""
   hvd.cluster.hvd_packages:
     name: [openmpi-bin, libopenmpi-dev]
     hold: true
+    guard: hvd_openmpi
 """
 
 RETURN = r"""
@@ -79,12 +87,19 @@ cache_updated:
   description: Whether apt's lists were refreshed.
   type: bool
   returned: always
+guard_written:
+  description: Whether the guard file was written (or would be, in check mode).
+  type: bool
+  returned: always
 """
 
 import os
+import stat
 import time
 
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_dpkg import plan, stanzas
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_apt_conf import uu_guard
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_dpkg import parse_name, plan, stanzas
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import read_text
 
 ENV = {"DEBIAN_FRONTEND": "noninteractive", "DEBIAN_PRIORITY": "critical", "LC_ALL": "C"}
 LISTS = ("/var/lib/apt/periodic/update-success-stamp", "/var/lib/apt/lists")
@@ -115,6 +130,31 @@ def lists_age() -> float:
     return time.time() - refreshed
 
 
+def guard_differs(path: str, text: str) -> bool:
+    """``path`` is not a root-owned 0644 regular file holding exactly ``text``."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return True
+    if not stat.S_ISREG(info.st_mode) or stat.S_IMODE(info.st_mode) != 0o644 or info.st_uid != 0:
+        return True
+    return read_text(path) != text
+
+
+def write_guard(path: str, text: str) -> None:
+    """``text`` into ``path`` (0644, root's), replacing it in one rename (the part file's name ends in '~': apt
+    ignores it if a run is cut short there)."""
+    part = f"{path}.hvd-new~"
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    try:
+        os.write(fd, text.encode())
+        os.fchmod(fd, 0o644)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(part, path)
+
+
 def last_line(text: str) -> str:
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("E:")]
@@ -128,6 +168,7 @@ def main() -> None:
         argument_spec={
             "name": {"type": "list", "elements": "str", "required": True},
             "hold": {"type": "bool", "default": False},
+            "guard": {"type": "str", "default": ""},
             "update_cache": {"type": "bool", "default": True},
             "cache_valid_time": {"type": "int", "default": 3600},
             "install_recommends": {"type": "bool", "default": False},
@@ -138,13 +179,21 @@ def main() -> None:
     p = module.params
     try:
         todo = plan(stanzas("/"), p["name"], p["hold"])
+        guard = uu_guard(p["guard"], [parse_name(item) for item in p["name"]]) if p["hold"] and p["guard"] else None
     except ValueError as error:
         module.fail_json(msg=f"hvd_packages: {error}")
-    result = {"installed": todo["install"], "held": todo["hold"], "versions": todo["versions"], "cache_updated": False}
-    if not todo["install"] and not todo["hold"]:
+    stale = guard is not None and guard_differs(*guard)
+    result = {"installed": todo["install"], "held": todo["hold"], "versions": todo["versions"], "cache_updated": False,
+              "guard_written": stale}
+    if not todo["install"] and not todo["hold"] and not stale:
         module.exit_json(changed=False, **result)
     if module.check_mode:
         module.exit_json(changed=True, **result)
+    if stale:
+        try:
+            write_guard(*guard)
+        except OSError as error:
+            module.fail_json(msg=f"hvd_packages: cannot write {guard[0]}: {error}")
 
     lock = f"DPkg::Lock::Timeout={p['lock_timeout']}"
 
@@ -178,8 +227,10 @@ def main() -> None:
             module.fail_json(msg=f"hvd_packages: dpkg --set-selections failed (rc {rc}): {last_line(err or out)}")
 
     after = plan(stanzas("/"), p["name"], p["hold"])  # read back as check reads it
-    if after["install"] or after["hold"]:
-        left = [f"{item} not installed" for item in after["install"]] + [f"{item} not held" for item in after["hold"]]
+    left = [f"{item} not installed" for item in after["install"]] + [f"{item} not held" for item in after["hold"]]
+    if guard is not None and guard_differs(*guard):
+        left.append(f"{guard[0]} not as written")
+    if left:
         module.fail_json(msg=f"hvd_packages: after apt-get and dpkg: {', '.join(left)}", **result)
     result["versions"] = after["versions"]
     module.exit_json(changed=True, **result)

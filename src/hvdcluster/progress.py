@@ -126,7 +126,8 @@ LONG_STEPS = {
         "building the NVIDIA modules (DKMS)",
     "Build the NVIDIA modules for the kernel the node boots next": "building the NVIDIA modules (DKMS)",
     "Install base packages": "installing the base packages (apt)",
-    "Install the distro's Open MPI and hold it (apt only for what dpkg lacks)": "installing the distro's Open MPI (apt)",
+    "Install the distro's Open MPI, hold it and keep unattended-upgrades off it (apt only for what dpkg lacks)":
+        "installing the distro's Open MPI (apt)",
     "Install the driver packages, pinned to the asked branch or version": "installing the NVIDIA driver {driver}",
     "Install the packages, pinned to the asked version and CUDA build": "installing CUDA packages",
     "Check its sha256, unpack it beside the prefix, mark it with the build key, then swap it in": "unpacking the env",

@@ -152,7 +152,7 @@ def test_check_on_a_converged_cluster_exits_0_and_changes_nothing(hvd, lab3: Lab
 
 
 SITE = "/opt/hvd/env/lib/python3.11/site-packages"
-MPI_PACKAGES = "Install the distro's Open MPI and hold it (apt only for what dpkg lacks)"
+MPI_PACKAGES = "Install the distro's Open MPI, hold it and keep unattended-upgrades off it (apt only for what dpkg lacks)"
 
 # One drift at a time on node2: (what is done, the item `check` must name, the role that repairs it).
 DRIFTS = {
@@ -295,14 +295,14 @@ def test_drift_on_one_node_is_named_by_check_and_repaired_by_up_leaving_the_othe
     if "run-dir-removed" in kinds:
         # item-level: hvd_base's drifted items are all its managed files, hvd_openmpi's its holds and their guard, so
         # only those are written again (no apt run of either role: hvd_packages finds Open MPI installed and only
-        # holds it); the rest of the round's roles run whole
+        # holds it and writes its guard file again); the rest of the round's roles run whole
         ran = {task for task, outcomes in task_outcomes(up["log"]).items() if outcomes - {"skipped"}}
         assert "Install base packages" not in ran, ran
-        assert [(host, res["installed"], res["held"], res["cache_updated"]) for host, res in mpi] == [
-            ("node2", [], ["openmpi-bin"], False)], mpi
+        assert [(host, res["installed"], res["held"], res["cache_updated"], res["guard_written"])
+                for host, res in mpi] == [("node2", [], ["openmpi-bin"], False, True)], mpi
     if "mpi-package-removed" in kinds:  # apt ran for what dpkg lacked alone, and both packages were held again
-        assert [(host, res["installed"], res["held"]) for host, res in mpi] == [
-            ("node2", ["openmpi-bin"], ["openmpi-bin", "libopenmpi-dev"])], mpi
+        assert [(host, res["installed"], res["held"], res["guard_written"]) for host, res in mpi] == [
+            ("node2", ["openmpi-bin"], ["openmpi-bin", "libopenmpi-dev"], False)], mpi
     rc, doc = hvd.check_json()
     assert rc == 0 and doc["drifted"] == {}, doc
 

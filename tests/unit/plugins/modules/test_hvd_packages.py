@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.hvd.cluster.plugins.module_utils import hvd_dpkg
+from ansible_collections.hvd.cluster.plugins.filter import hvd_cluster
+from ansible_collections.hvd.cluster.plugins.module_utils import hvd_apt_conf, hvd_dpkg
 from ansible_collections.hvd.cluster.tests.unit.plugins.support import run_module
 
 STATUS = """\
@@ -131,3 +132,39 @@ def test_a_bad_name_fails_naming_it_before_any_apt(no_apt: dict) -> None:
     result = run_module("hvd_packages", {"name": ["coreutils", "x; reboot"]}, env=no_apt)
     assert result.get("failed") and "'x; reboot' is not a package name" in result["msg"], result
     assert not Path(no_apt["ran"]).exists()
+
+
+# ------------------------------------------------------------------------------------------ the guard file
+
+
+def test_the_guard_text_covers_exactly_its_packages_as_check_reads_it(tmp_path: Path) -> None:
+    path, text = hvd_apt_conf.uu_guard("hvd_openmpi", ["openmpi-bin", "libfoo1:i386", "g++-12"], ["linux-image-"])
+    assert path == "/etc/apt/apt.conf.d/51hvdcluster-hvd_openmpi"
+    (tmp_path / "etc/apt/apt.conf.d").mkdir(parents=True)
+    (tmp_path / path.lstrip("/")).write_text(text)
+    patterns = hvd_apt_conf.uu_blacklist(str(tmp_path))
+    covered = {name: hvd_apt_conf.uu_blacklisted(name, patterns)
+               for name in ("openmpi-bin", "libfoo1", "g++-12", "linux-image-6.1.0-28-amd64",
+                            "openmpi-bin-extra", "gxx-12", "libfoo1x")}
+    assert covered == {"openmpi-bin": True, "libfoo1": True, "g++-12": True, "linux-image-6.1.0-28-amd64": True,
+                       "openmpi-bin-extra": False, "gxx-12": False, "libfoo1x": False}
+    # the roles' `unattended` entry point writes the same text through the filter
+    assert hvd_cluster.hvd_uu_guard("hvd_openmpi", ["openmpi-bin", "libfoo1:i386", "g++-12"], ["linux-image-"]) == text
+
+
+@pytest.mark.parametrize("owner", ["", "../../cron.d/x", "Hvd", "hvd openmpi"])
+def test_a_guard_owner_that_is_no_role_name_is_refused(owner: str) -> None:
+    with pytest.raises(ValueError, match="is not a role name"):
+        hvd_apt_conf.uu_guard(owner, ["openmpi-bin"])
+
+
+def test_check_mode_names_a_missing_guard_file_and_writes_nothing(no_apt: dict) -> None:
+    guard = Path("/etc/apt/apt.conf.d/51hvdcluster-hvd_unit_test")
+    assert not guard.exists()
+    result = run_module("hvd_packages", {"name": ["coreutils"], "hold": True, "guard": "hvd_unit_test"}, check=True,
+                        env=no_apt)
+    assert not result.get("failed") and result["changed"] is True and result["guard_written"] is True, result
+    assert not guard.exists() and not Path(no_apt["ran"]).exists()
+    # no hold, no guard
+    result = run_module("hvd_packages", {"name": ["coreutils"], "guard": "hvd_unit_test"}, check=True, env=no_apt)
+    assert result["changed"] is False and result["guard_written"] is False, result
