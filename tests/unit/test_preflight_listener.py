@@ -1,7 +1,8 @@
-"""The pre-flight's probe listener (hvd_preflight's "Listen on the probe port" task, its own script run here on
-loopback): a pre-flight run again soon after one whose listener some peer never reached (a firewall being fixed)
-finds the port still held by that listener, which ends after its next connection or at its deadline. The new
-listener must take the port over then, so the peers' probes (each retried for 5 s: hvd_host.tcp) reach one of them."""
+"""The pre-flight's probe listener (hvd_preflight's __hvd_preflight_listener, which its python3 look starts; its own
+script run here on loopback): a pre-flight run again soon after one whose listener some peer never reached (a
+firewall being fixed) finds the port still held by that listener, which ends after its next connection or at its
+deadline. The new listener must take the port over then, so the peers' probes (each retried for 5 s: hvd_host.tcp)
+reach one of them."""
 
 from __future__ import annotations
 
@@ -16,15 +17,11 @@ import yaml
 from ansible_collections.hvd.cluster.plugins.module_utils import hvd_host
 
 ROOT = Path(__file__).resolve().parents[2]
-TASK = "Listen on the probe port, so peers can test the ports NCCL and Gloo open (ends by itself)"
 
 
 def listener_script() -> str:
-    tasks = yaml.safe_load((ROOT / "roles" / "hvd_preflight" / "tasks" / "main.yml").read_text())
-    [task] = [t for t in tasks if t.get("name") == TASK]
-    argv = task["ansible.builtin.command"]["argv"]
-    assert argv[:2] == ["python3", "-c"]
-    return argv[2]
+    return yaml.safe_load((ROOT / "roles" / "hvd_preflight" / "vars" / "main.yml").read_text())[
+        "__hvd_preflight_listener"]
 
 
 def free_port() -> int:
