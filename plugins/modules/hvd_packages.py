@@ -19,7 +19,7 @@ description:
     waiting up to I(lock_timeout) seconds for another apt or dpkg to finish); before it, with I(update_cache), the
     lists are refreshed when older than I(cache_valid_time) seconds.
   - With I(hold), every item is held (dpkg's selection C(hold)); nothing is ever unheld. With I(guard) too,
-    unattended-upgrades is kept off them (it upgrades behind the holds on some releases): the file
+    unattended-upgrades is kept off them (it upgrades behind the holds on some releases) - the file
     /etc/apt/apt.conf.d/51hvdcluster-<guard> lists each name in its Package-Blacklist, written (0644) only when
     its text differs, the same text hvd_base's C(unattended) entry point writes.
   - The result is read back from dpkg's status file; an item still missing or unheld fails the task.
