@@ -321,29 +321,43 @@ def remove(path: str) -> None:
             os.unlink(victim)
 
 
+ARGUMENT_SPEC = {
+    "path": {"type": "path", "required": True},
+    "state": {"type": "str", "choices": ["verified", "published", "copied", "held", "listed"], "default": "verified"},
+    "pattern": {"type": "str"},
+    "size": {"type": "int", "default": -1},
+    "prune": {"type": "list", "elements": "str", "default": []},
+    "files": {"type": "dict"},
+    "sha256": {"type": "str"},
+    "src": {"type": "path"},
+    "workdir": {"type": "str"},
+    "workdir_root": {"type": "path", "default": ROOT},
+    "remove_invalid": {"type": "bool", "default": True},
+    "fail_invalid": {"type": "bool", "default": False},
+}
+REQUIRED_IF = [("state", "published", ("src", "sha256")), ("state", "copied", ("src", "sha256")),
+               ("state", "listed", ("files",))]
+
+
+def verified(p: dict, check_mode: bool) -> dict:
+    """``state: verified``'s result (``failed`` and ``msg`` set where ``fail_invalid`` fails it): the module's, and
+    the action plugin's where the task runs on the controller itself (plugins/action/hvd_artifact.py)."""
+    path = found_in(p["path"], p["pattern"]) if p.get("pattern") else p["path"]
+    result = verify(path, p.get("sha256"))
+    removed = not result["valid"] and result["sha256"] is not None and p["remove_invalid"]
+    if removed and not check_mode:
+        remove(path)
+    out = dict(changed=removed, removed=removed, path=path, **result)
+    if not result["valid"] and p["fail_invalid"]:
+        out = dict(failed=True, msg=result["reason"], changed=removed, removed=removed,
+                   **{k: v for k, v in result.items() if k != "reason"})
+    return out
+
+
 def main() -> None:
     from ansible.module_utils.basic import AnsibleModule
 
-    module = AnsibleModule(
-        argument_spec={
-            "path": {"type": "path", "required": True},
-            "state": {"type": "str", "choices": ["verified", "published", "copied", "held", "listed"],
-                      "default": "verified"},
-            "pattern": {"type": "str"},
-            "size": {"type": "int", "default": -1},
-            "prune": {"type": "list", "elements": "str", "default": []},
-            "files": {"type": "dict"},
-            "sha256": {"type": "str"},
-            "src": {"type": "path"},
-            "workdir": {"type": "str"},
-            "workdir_root": {"type": "path", "default": ROOT},
-            "remove_invalid": {"type": "bool", "default": True},
-            "fail_invalid": {"type": "bool", "default": False},
-        },
-        required_if=[("state", "published", ("src", "sha256")), ("state", "copied", ("src", "sha256")),
-                     ("state", "listed", ("files",))],
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, required_if=REQUIRED_IF, supports_check_mode=True)
     p = module.params
     try:
         if p["state"] == "published":
@@ -371,18 +385,12 @@ def main() -> None:
                 module.fail_json(msg=f"{p['path']}: not exactly the listed files, each with its sha256: "
                                      + "; ".join(problems[:10]) + more, problems=problems)
             module.exit_json(changed=False, path=p["path"])
-        if p["pattern"]:
-            p["path"] = found_in(p["path"], p["pattern"])
-        result = verify(p["path"], p["sha256"])
+        out = verified(p, module.check_mode)
     except (ValueError, OSError) as exc:
         module.fail_json(msg=str(exc))
-    removed = not result["valid"] and result["sha256"] is not None and p["remove_invalid"]
-    if removed and not module.check_mode:
-        remove(p["path"])
-    if not result["valid"] and p["fail_invalid"]:
-        module.fail_json(msg=result["reason"], changed=removed, removed=removed,
-                         **{k: v for k, v in result.items() if k != "reason"})
-    module.exit_json(changed=removed, removed=removed, path=p["path"], **result)
+    if out.get("failed"):
+        module.fail_json(**{k: v for k, v in out.items() if k != "failed"})
+    module.exit_json(**out)
 
 
 if __name__ == "__main__":
