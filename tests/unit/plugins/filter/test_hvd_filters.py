@@ -299,3 +299,13 @@ def test_the_post_flight_names_each_members_fabric_interface_once_from_this_run_
 def test_one_member_whose_interface_is_unknown_leaves_finding_them_to_horovodrun(unknown: dict) -> None:
     hostvars = {"a": {"ansible_local": {"hvd_base": {"fabric_interface": "eth0"}}}, "b": unknown}
     assert cluster.hvd_fabric_interfaces(["a", "b"], hostvars) == []
+
+
+def test_the_unattended_entry_point_writes_the_guard_text_hvd_packages_writes() -> None:
+    """hvd_base's `unattended` entry point (the hvd_uu_guard filter) and hvd_packages' guard: one text."""
+    from ansible_collections.hvd.cluster.plugins.module_utils.hvd_apt_conf import uu_guard
+
+    packages, prefixes = ["openmpi-bin", "libfoo1:i386", "g++-12"], ["linux-image-"]
+    assert cluster.hvd_uu_guard("hvd_openmpi", packages, prefixes) == uu_guard("hvd_openmpi", packages, prefixes)[1]
+    with pytest.raises(AnsibleFilterError, match="is not a role name"):
+        cluster.hvd_uu_guard("../x", packages)

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.hvd.cluster.plugins.filter import hvd_cluster
 from ansible_collections.hvd.cluster.plugins.module_utils import hvd_apt_conf, hvd_dpkg
 from ansible_collections.hvd.cluster.tests.unit.plugins.support import run_module
 
@@ -148,8 +147,6 @@ def test_the_guard_text_covers_exactly_its_packages_as_check_reads_it(tmp_path: 
                             "openmpi-bin-extra", "gxx-12", "libfoo1x")}
     assert covered == {"openmpi-bin": True, "libfoo1": True, "g++-12": True, "linux-image-6.1.0-28-amd64": True,
                        "openmpi-bin-extra": False, "gxx-12": False, "libfoo1x": False}
-    # the roles' `unattended` entry point writes the same text through the filter
-    assert hvd_cluster.hvd_uu_guard("hvd_openmpi", ["openmpi-bin", "libfoo1:i386", "g++-12"], ["linux-image-"]) == text
 
 
 @pytest.mark.parametrize("owner", ["", "../../cron.d/x", "Hvd", "hvd openmpi"])

@@ -69,26 +69,34 @@ def test_a_listed_file_changed_after_the_controllers_check_is_refused_on_the_bui
 
 def test_the_env_keys_wheels_from_a_bundles_list_are_those_its_wheelhouse_folder_gave(tmp_path: Path) -> None:
     """An env cached from a bundle made with a wheelhouse keeps its key: the key's `wheels` (hvd_pyenv's main.yml)
-    from hvd_pyenv_bundle_files' wheelhouse/ entries equals what listing that folder gave (the expression before)."""
+    from hvd_pyenv_bundle_files' wheelhouse/ entries equals what listing that folder gives (the role's fileglob
+    listing, __hvd_pyenv_wheels in its vars: only the folder's own wheels, sdists and zips), and what the find task
+    it replaced gave (the expression before)."""
     import yaml
 
     tasks = yaml.safe_load((ROOT / "roles" / "hvd_pyenv" / "tasks" / "main.yml").read_text())
     [key] = [t for t in tasks if t["name"] == "Compute the environment key from everything that affects it"]
     wheels = key["vars"]["__hvd_pyenv_inputs"]["wheels"]
+    listing = yaml.safe_load((ROOT / "roles" / "hvd_pyenv" / "vars" / "main.yml").read_text())["__hvd_pyenv_wheels"]
     before = "{{ (__hvd_pyenv_wheels.files | default([])) | map(attribute='path') | map('basename') | sort }}"
     names = ["torch-2.13.0-cp311-cp311-linux_x86_64.whl", "apex-0.1.tar.gz", "z-1.0.zip"]
     found = {"files": [{"path": f"/srv/bundle/wheelhouse/{n}"} for n in names]}
+    wheelhouse = tmp_path / "wheelhouse"
+    (wheelhouse / "sub").mkdir(parents=True)
+    for name in [*names, "README.txt", "sub/other-1.0-py3-none-any.whl"]:
+        (wheelhouse / name).write_text(name)
     listed = [{"src": f"/srv/bundle/{top}/{n}", "path": f"{top}/{n}", "sha256": "0" * 64}
               for top in ("wheelhouse", "pypi") for n in names[:2]] + [
         {"src": "/srv/bundle/wheelhouse/z-1.0.zip", "path": "wheelhouse/z-1.0.zip", "sha256": "1" * 64},
         {"src": "/srv/bundle/conda/noarch/x.conda", "path": "conda/noarch/x.conda", "sha256": "2" * 64}]
-    cases = {"before": (before, found, []), "folder": (wheels, found, []), "bundle": (wheels, {"skipped": True}, listed),
-             "none": (wheels, {"skipped": True}, [])}
+    cases = {"before": (before, found, "", []), "folder": (wheels, listing, str(wheelhouse), []),
+             "bundle": (wheels, listing, str(wheelhouse), listed), "none": (wheels, listing, "", [])}
     book = tmp_path / "key.yml"
     book.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": [
         {"ansible.builtin.debug": {"msg": "KEY " + name + " {{ __w | to_json }}"},
-         "vars": {"__w": expr, "__hvd_pyenv_wheels": wheelhouse, "hvd_pyenv_bundle_files": files}}
-        for name, (expr, wheelhouse, files) in cases.items()]}]))
+         "vars": {"__w": expr, "__hvd_pyenv_wheels": wheels_var, "hvd_pyenv_wheelhouse": folder,
+                  "hvd_pyenv_bundle_files": files}}
+        for name, (expr, wheels_var, folder, files) in cases.items()]}]))
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
     proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", "localhost,", "-c", "local",
                            "-e", f"ansible_python_interpreter={sys.executable}", str(book)],
