@@ -8,7 +8,8 @@ passed. With ``files``, one more digest covers those files (path and content; a 
 then the RECORD the same way: hvd_verify's fingerprint of what its allreduce depends on, which a repair that puts
 back the same bytes leaves as it was.
 
-It only reads: safe in check mode, never changes anything. The readers are hvd_node_state's
+It only reads: safe in check mode, never changes anything (with ``run``, the read-only check it is given runs in the
+same module run: hvd_horovod's build gate, fingerprinted as it asks). The readers are hvd_node_state's
 (plugins/module_utils/hvd_state_env.py): one way of finding and reading a distribution's RECORD.
 """
 
@@ -25,6 +26,9 @@ description:
   - With I(files), also the sha256 of each of those files (path and content; missing ones counted as missing)
     followed by the RECORD the same way ('no <name>' when it is not installed). This is the post-flight's record of
     what its allreduce depends on, which a rewrite with the same bytes leaves as it was.
+  - With I(run), a read-only check (a program and its arguments, no shell) runs after the fingerprint; its exit
+    status and output are returned, and a non-zero exit fails the task. hvd_horovod asks Horovod what it was built
+    with this way, so the gate's record carries the fingerprint of exactly what it asked.
   - Reads only; supports check mode.
 options:
   prefix:
@@ -48,6 +52,11 @@ options:
   read:
     description: Small text files to read in the same run (as M(hvd.cluster.hvd_read) does), returned in
       RV(content); hvd_horovod reads the keys it decides by with the fingerprint, in one module run.
+    type: list
+    elements: str
+    default: []
+  run:
+    description: A read-only check to run after the fingerprint (argv, no shell); see RV(rc), RV(stdout).
     type: list
     elements: str
     default: []
@@ -79,6 +88,18 @@ content:
   description: Each path of I(read) (as given) -> its text, or null where it is missing.
   type: dict
   returned: always
+rc:
+  description: I(run)'s exit status.
+  type: int
+  returned: with run
+stdout:
+  description: I(run)'s standard output.
+  type: str
+  returned: with run
+stderr:
+  description: I(run)'s standard error.
+  type: str
+  returned: with run
 absent:
   description: The paths of I(present) that are not there (the post-flight's check script, say, which an env
     installed again from its archive does not hold).
@@ -103,6 +124,7 @@ def main() -> None:
             "files": {"type": "list", "elements": "str", "default": []},
             "present": {"type": "list", "elements": "str", "default": []},
             "read": {"type": "list", "elements": "str", "default": []},
+            "run": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -111,8 +133,15 @@ def main() -> None:
         content = read_all(module.params["read"])
     except (ValueError, OSError) as error:
         module.fail_json(msg=f"hvd_dist_record: {error}")
-    module.exit_json(changed=False, absent=absent, content=content,
-                     **fingerprint(module.params["prefix"], module.params["name"], module.params["files"]))
+    found = fingerprint(module.params["prefix"], module.params["name"], module.params["files"])
+    if module.params["run"]:
+        rc, out, err = module.run_command(module.params["run"])
+        found.update(rc=rc, stdout=out, stderr=err)
+        if rc != 0:
+            tail = " ".join(line.strip() for line in (err or out).strip().splitlines()[-3:])
+            module.fail_json(msg=f"{module.params['run'][0]} exited {rc}: {tail}", absent=absent, content=content,
+                             **found)
+    module.exit_json(changed=False, absent=absent, content=content, **found)
 
 
 if __name__ == "__main__":

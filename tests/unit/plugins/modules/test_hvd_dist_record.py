@@ -5,6 +5,7 @@ its function and as Ansible runs it, on real folders.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,18 @@ def test_dist_record_module_reads_the_keys_a_role_decides_by_in_the_same_run(tmp
     big.write_bytes(b"x" * (1048576 + 1))
     failed = run_module("hvd_dist_record", {**args, "read": [str(big)]}, check=True)
     assert failed.get("failed") and str(big) in failed["msg"], failed
+
+
+def test_the_gate_runs_in_the_same_module_run_as_the_fingerprint_of_what_it_asks(tmp_path: Path) -> None:
+    """hvd_horovod's build gate: the check's output and exit status with the fingerprint, one module run; a check
+    that fails fails the task with its last lines."""
+    record = install_dist(tmp_path / "env", "horovod-0.28.1.dist-info")
+    done = run_module("hvd_dist_record", {"prefix": str(tmp_path / "env"),
+                                          "run": [sys.executable, "-I", "-c", "print('[X] PyTorch')"]})
+    assert not done.get("failed") and done["changed"] is False, done
+    assert (done["rc"], done["stdout"]) == (0, "[X] PyTorch\n")
+    assert done["sha256"] == sha(b"%d " % record.stat().st_mtime_ns + record.read_bytes())
+    failed = run_module("hvd_dist_record", {"prefix": str(tmp_path / "env"),
+                                            "run": [sys.executable, "-c", "import sys; sys.exit('no horovod.torch')"]})
+    assert failed["failed"] and failed["rc"] == 1 and "exited 1: no horovod.torch" in failed["msg"], failed
+    assert "rc" not in run_module("hvd_dist_record", {"prefix": str(tmp_path / "env")})
