@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import stat
+import tempfile
 
 
 def under(root: str, path: str) -> str:
@@ -93,6 +94,23 @@ def sha256_of(path: str) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def replace_file(path: str, text: str, mode: int = 0o644, suffix: str = "~") -> None:
+    """``path`` replaced by ``text`` in one rename: written first under a fresh name (O_EXCL) in its own folder ending
+    in ``suffix`` (apt, say, ignores a leftover ending in '~'), synced, ``mode`` set."""
+    handle, part = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=f".{os.path.basename(path)}.",
+                                    suffix=suffix)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(part, mode)
+        os.replace(part, path)
+    finally:
+        if os.path.lexists(part):
+            os.unlink(part)
 
 
 def copy_verified(src: str, dest: str, sha256: str, between=None) -> None:

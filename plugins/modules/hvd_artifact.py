@@ -144,10 +144,9 @@ import hashlib
 import os
 import re
 import stat
-import tempfile
 
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import (
-    copy_verified, make_folders, sha256_of, walk_tree)
+    copy_verified, make_folders, replace_file, sha256_of, walk_tree)
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_workdir import ROOT, workdir
 
 HEX = re.compile(r"[0-9a-f]{64}")
@@ -178,20 +177,6 @@ def verify(path: str, expected: str | None) -> dict:
     return {"valid": True, "sha256": found, "reason": None, "size": os.path.getsize(path)}
 
 
-def write_atomically(path: str, text: str) -> None:
-    folder = os.path.dirname(path) or "."
-    handle, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".sha256")
-    try:
-        with os.fdopen(handle, "w", encoding="ascii") as out:
-            out.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def publish(src: str, path: str, sha256: str) -> None:
     """Check ``src`` against ``sha256``, then ``<path>.sha256`` and ``path`` by rename. A bad ``src`` is removed."""
     sha256 = sha256.lower()
@@ -201,7 +186,7 @@ def publish(src: str, path: str, sha256: str) -> None:
     if found != sha256:
         os.unlink(src)
         raise ValueError(f"{src} arrived corrupt or truncated: sha256 {found}, the builder computed {sha256}")
-    write_atomically(path + ".sha256", f"{sha256}  {os.path.basename(path)}\n")
+    replace_file(path + ".sha256", f"{sha256}  {os.path.basename(path)}\n", suffix=".sha256")
     os.replace(src, path)
 
 

@@ -99,7 +99,7 @@ import time
 
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_apt_conf import uu_guard
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_dpkg import parse_name, plan, stanzas
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import read_text
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import read_text, replace_file
 
 ENV = {"DEBIAN_FRONTEND": "noninteractive", "DEBIAN_PRIORITY": "critical", "LC_ALL": "C"}
 LISTS = ("/var/lib/apt/periodic/update-success-stamp", "/var/lib/apt/lists")
@@ -141,20 +141,6 @@ def guard_differs(path: str, text: str) -> bool:
     return read_text(path) != text
 
 
-def write_guard(path: str, text: str) -> None:
-    """``text`` into ``path`` (0644, root's), replacing it in one rename (the part file's name ends in '~': apt
-    ignores it if a run is cut short there)."""
-    part = f"{path}.hvd-new~"
-    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    try:
-        os.write(fd, text.encode())
-        os.fchmod(fd, 0o644)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(part, path)
-
-
 def last_line(text: str) -> str:
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("E:")]
@@ -191,7 +177,7 @@ def main() -> None:
         module.exit_json(changed=True, **result)
     if stale:
         try:
-            write_guard(*guard)
+            replace_file(*guard)
         except OSError as error:
             module.fail_json(msg=f"hvd_packages: cannot write {guard[0]}: {error}")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import make_folders, read_text
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import make_folders, read_text, replace_file
 
 
 def test_text_is_read_with_newlines_as_open_reads_them_and_bad_bytes_replaced(tmp_path: Path) -> None:
@@ -58,3 +58,16 @@ def test_folders_are_made_0755_whatever_the_umask_and_one_there_is_left_alone(tm
     for folder in (tmp_path / "opt", tmp_path / "opt" / "hvd", tmp_path / "opt" / "hvd" / "env"):
         assert stat.S_IMODE(folder.stat().st_mode) == 0o755, folder
     assert stat.S_IMODE((tmp_path / "kept").stat().st_mode) == 0o700
+
+
+def test_a_file_is_replaced_in_one_rename_with_its_mode_and_nothing_left_beside_it(tmp_path: Path) -> None:
+    target = tmp_path / "51hvdcluster-hvd_openmpi"
+    target.write_text("old")
+    target.chmod(0o600)
+    replace_file(str(target), "new\n")
+    assert target.read_text() == "new\n" and stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["51hvdcluster-hvd_openmpi"]
+    (tmp_path / "a-folder").mkdir()
+    with pytest.raises(OSError):  # the rename fails: the part file goes too
+        replace_file(str(tmp_path / "a-folder"), "x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["51hvdcluster-hvd_openmpi", "a-folder"]
