@@ -99,7 +99,7 @@ import time
 
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_apt_conf import uu_guard
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_dpkg import parse_name, plan, stanzas
-from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import read_text, replace_file
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import mtime, read_text, replace_file
 
 ENV = {"DEBIAN_FRONTEND": "noninteractive", "DEBIAN_PRIORITY": "critical", "LC_ALL": "C"}
 LISTS = ("/var/lib/apt/periodic/update-success-stamp", "/var/lib/apt/lists")
@@ -107,13 +107,8 @@ SOURCES = ("/etc/apt/sources.list", "/etc/apt/sources.list.d", "/etc/apt/apt.con
 
 
 def mtimes(paths) -> list[float]:
-    out = []
-    for path in paths:
-        try:
-            out.append(os.stat(path).st_mtime)
-        except OSError:
-            pass
-    return out
+    """The modification times of those of ``paths`` that exist (hvd_files.mtime)."""
+    return [t for t in map(mtime, paths) if t is not None]
 
 
 def lists_age() -> float:
