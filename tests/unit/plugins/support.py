@@ -43,14 +43,17 @@ def sha(data: bytes) -> str:
 # ------------------------------------------------------------------------------------------ a module as Ansible runs it
 
 
+# ``python -c BOOT <collections> <module file>``: the module run as a script with the collection's folder on the import
+# path, as Ansible's module packaging puts it.
+BOOT = ("import sys, runpy; sys.path.insert(0, sys.argv[1]); "
+        "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
 def run_module(name: str, args: dict, check: bool = False, env: dict | None = None) -> dict:
     """Run a module the way Ansible does: its file with the arguments as JSON on stdin (``env``: its environment)."""
     payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check}}
-    # the collection's folder on the import path, as Ansible's module packaging puts it
-    boot = ("import sys, runpy; sys.path.insert(0, sys.argv[1]); "
-            "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')")
     module = ROOT / "plugins" / "modules" / f"{name}.py"
-    proc = subprocess.run([sys.executable, "-c", boot, str(COLLECTIONS), str(module)],
+    proc = subprocess.run([sys.executable, "-c", BOOT, str(COLLECTIONS), str(module)],
                           input=json.dumps(payload), capture_output=True, text=True, env=env)
     return json.loads(proc.stdout)
 

@@ -15,13 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.hvd.cluster.tests.unit.plugins.support import COLLECTIONS
+from ansible_collections.hvd.cluster.tests.unit.plugins.support import BOOT, COLLECTIONS
 
 # the collection root: the checkout, or the installed copy ansible-test units runs in
 MODULE = Path(__file__).resolve().parents[4] / "plugins" / "modules" / "hvd_resolve.py"
-# the collection's folder on the import path, as Ansible's module packaging puts it (the module imports its reader)
-BOOT = ("import sys, runpy; sys.path.insert(0, sys.argv[1]); "
-        "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')")
 
 HOSTS = """\
 127.0.0.1 localhost
