@@ -78,7 +78,10 @@ def test_shared_role_is_used_by_roles_that_have_playbooks(role: Path) -> None:
 def test_role_has_its_own_playbook_tagged_with_its_name(role: Path) -> None:
     playbook = ROOT / "playbooks" / (role.name.removeprefix("hvd_") + ".yml")
     plays = yaml.safe_load(playbook.read_text())
-    assert {"role": f"hvd.cluster.{role.name}", "tags": [role.name]} in plays[0]["roles"]
+    entry = next(e for e in plays[0]["roles"] if e["role"] == f"hvd.cluster.{role.name}")
+    # its tag, and where it has an on/off switch, the switch (an off role is skipped whole, its argument check too)
+    assert entry["tags"] == [role.name] and entry.get("when", f"{role.name}_enabled | bool") == f"{role.name}_enabled | bool"
+    assert set(entry) <= {"role", "tags", "when"}, entry
     site = (ROOT / "playbooks" / "site.yml").read_text()
     assert (f"import_playbook: {playbook.name}" in site) != (role.name in OUTSIDE_SITE)
 
