@@ -40,6 +40,26 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+# ------------------------------------------------------------------------------------- a play on the controller itself
+
+
+def run_play(tmp_path: Path, tasks: list, *extra: str) -> tuple[list, str]:
+    """``tasks`` in one play on localhost (the local connection, this Python) under ``ansible-playbook -vvv``: each
+    task's registered result, in order, and the output (an action plugin's own work names no module file in it)."""
+    book = tmp_path / "book.yml"
+    book.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": [
+        {**task, "register": f"r{i}"} for i, task in enumerate(tasks)] + [
+        {"ansible.builtin.copy": {"dest": str(tmp_path / "results.json"), "mode": "0600",
+                                  "content": "{{ [" + ", ".join(f"r{i}" for i in range(len(tasks))) + "] | to_json }}"},
+         "check_mode": False}]}]))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
+    proc = subprocess.run([ANSIBLE_PLAYBOOK, "-vvv", "-i", "localhost,", "-c", "local",
+                           "-e", f"ansible_python_interpreter={sys.executable}", *extra, str(book)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads((tmp_path / "results.json").read_text()), proc.stdout
+
+
 # ------------------------------------------------------------------------------------------ a module as Ansible runs it
 
 

@@ -9,29 +9,9 @@ Under ansible-test units these run in the controller's context (this folder is n
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from ansible_collections.hvd.cluster.tests.unit.plugins.support import ANSIBLE_PLAYBOOK, ROOT
-
-
-def run(tmp_path: Path, tasks: list, *extra: str) -> tuple[dict, str]:
-    """Each task's result by its name, and the -vvv output."""
-    book = tmp_path / "book.yml"
-    book.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": [
-        {**task, "register": f"r{i}"} for i, task in enumerate(tasks)] + [
-        {"ansible.builtin.copy": {"dest": str(tmp_path / "results.json"), "mode": "0600",
-                                  "content": "{{ [" + ", ".join(f"r{i}" for i in range(len(tasks))) + "] | to_json }}"},
-         "check_mode": False}]}]))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
-    proc = subprocess.run([ANSIBLE_PLAYBOOK, "-vvv", "-i", "localhost,", "-c", "local",
-                           "-e", f"ansible_python_interpreter={sys.executable}", *extra, str(book)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads((tmp_path / "results.json").read_text()), proc.stdout
+from ansible_collections.hvd.cluster.tests.unit.plugins.support import run_play as run
 
 
 def entry(tmp_path: Path, name: str, data: bytes, recorded: bytes | None = None) -> Path:

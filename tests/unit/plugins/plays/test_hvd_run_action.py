@@ -10,31 +10,13 @@ Under ansible-test units these run in the controller's context (this folder is n
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
-from ansible_collections.hvd.cluster.tests.unit.plugins.support import ANSIBLE_PLAYBOOK, ROOT
+from ansible_collections.hvd.cluster.tests.unit.plugins.support import run_play as run
 
 ECHO = [sys.executable, "-I", "-c", "import json, os, sys; print(json.dumps([sys.argv[1:], os.environ.get('HVD_X')]))"]
 ODD = ["a b", "it's", '"q"', "$HOME", "; false", "two\nlines", "*", ""]
-
-
-def run(tmp_path: Path, tasks: list, *extra: str) -> tuple[list, str]:
-    """Each task's registered result, in order, and the -vvv output."""
-    book = tmp_path / "book.yml"
-    book.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": [
-        {**task, "register": f"r{i}"} for i, task in enumerate(tasks)] + [
-        {"ansible.builtin.copy": {"dest": str(tmp_path / "results.json"), "mode": "0600",
-                                  "content": "{{ [" + ", ".join(f"r{i}" for i in range(len(tasks))) + "] | to_json }}"},
-         "check_mode": False}]}]))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
-    proc = subprocess.run([ANSIBLE_PLAYBOOK, "-vvv", "-i", "localhost,", "-c", "local",
-                           "-e", f"ansible_python_interpreter={sys.executable}", *extra, str(book)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads((tmp_path / "results.json").read_text()), proc.stdout
 
 
 def test_the_argv_runs_exactly_with_the_environment_and_no_module_run(tmp_path: Path) -> None:
