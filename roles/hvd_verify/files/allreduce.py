@@ -62,4 +62,4 @@ if hvd.rank() == 0:
     algbw = size_bytes / seconds / 1e9
     busbw = algbw * 2 * (hvd.size() - 1) / hvd.size()
     print(f"hvd-verify-throughput size={hvd.size()} device={device} bytes={size_bytes} iters={iters} "
-          f"seconds={seconds:.6f} algbw_gbs={algbw:.4f} busbw_gbs={busbw:.4f}", flush=True)
+          f"seconds={seconds:.6f} algbw_gbs={algbw:.6g} busbw_gbs={busbw:.6g}", flush=True)
