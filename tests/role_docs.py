@@ -205,12 +205,14 @@ def _plays(path: Path) -> list[dict]:
 
 
 def _playbooks_running(role: str, root: Path) -> list[tuple[str, str]]:
-    """(playbook path, play name) of every play in playbooks/ that lists the role."""
+    """(playbook path, play name) of every play in playbooks/ that lists the role, or includes it among its tasks (a
+    role with an on/off switch: one include_role behind it)."""
     found = []
     for path in sorted((root / "playbooks").glob("*.yml")):
         for play in _plays(path):
             names = [entry if isinstance(entry, str) else (entry or {}).get("role", (entry or {}).get("name"))
                      for entry in play.get("roles") or []]
+            names += [args.get("name") for args in _includes(play.get("tasks") or [])]
             if f"{COLLECTION}.{role}" in names:
                 found.append((path.relative_to(root).as_posix(), str(play.get("name") or "")))
     return found

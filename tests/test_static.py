@@ -101,45 +101,6 @@ def test_role_has_its_own_playbook_tagged_with_its_name(role: Path) -> None:
     assert (f"import_playbook: {playbook.name}" in site) != (role.name in OUTSIDE_SITE)
 
 
-SWITCHED = [r for r in ROLES if r.name not in SHARED_ROLES
-            and f"{r.name}_enabled" in (yaml.safe_load((r / "defaults" / "main.yml").read_text()) or {})]
-
-
-@pytest.mark.parametrize("role", SWITCHED, ids=lambda p: p.name)
-def test_a_switched_roles_playbook_reads_its_switch_as_the_role_would(role: Path) -> None:
-    """The playbook decides before the role is loaded, so without the role's defaults: its `when` must come out as
-    the role's own switch (its default, or the inventory's value, or the play's) for every input that feeds it."""
-    import itertools
-
-    import jinja2
-
-    from ansible.module_utils.parsing.convert_bool import boolean
-
-    env = jinja2.Environment(undefined=jinja2.Undefined)
-    env.filters["bool"] = lambda value: boolean(value, strict=False)
-    play = yaml.safe_load((ROOT / "playbooks" / (role.name.removeprefix("hvd_") + ".yml")).read_text())[0]
-    when = _role_entry(play, role.name)["when"]
-    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
-    switch = f"{role.name}_enabled"
-
-    def render(text, scope):
-        return env.from_string(text).render(scope) if isinstance(text, str) and "{{" in text else text
-
-    grid = {"hvd_gpu": [None, True, False, "false"], switch: [None, True, False],
-            "hvd_nccl_tests_url": [None, "", "https://mirror.example/nccl-tests.tar.gz"],
-            "hvd_scheduler": [None, {}, {"kind": "slurm"}, {"kind": "slurm", "containers": "pyxis"}]}
-    for values in itertools.product(*grid.values()):
-        inventory = {k: v for k, v in zip(grid, values) if v is not None}
-        playvars = dict(play.get("vars") or {})
-        # the role's side: its defaults under the inventory, the play's vars over both, each template rendered
-        scope = {**defaults, **inventory, **playvars}
-        expected = boolean(render(scope[switch], scope), strict=False)
-        # the playbook's side: no role defaults (a play's var rendered as Ansible would, once referenced)
-        outside = {**inventory, **{k: render(v, {**inventory, **playvars}) for k, v in playvars.items()}}
-        got = boolean(render("{{ " + when + " }}", outside), strict=False)
-        assert got == expected, (inventory, when)
-
-
 def test_every_playbook_is_a_converge_step_or_named_outside_it() -> None:
     site = yaml.safe_load((ROOT / "playbooks" / "site.yml").read_text())
     steps = {entry["ansible.builtin.import_playbook"] for entry in site}
