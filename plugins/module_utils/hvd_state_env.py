@@ -109,12 +109,13 @@ def fingerprint(prefix: str, name: str, files: list[str] | None = None) -> dict[
     """hvd_dist_record's answer: ``record`` (the first RECORD's path), ``sha256`` (record_sha256) and, with
     ``files``, ``files_sha256``: those files, then the RECORDs, each as path and content ("no <name>" in place of a
     RECORD when the distribution is not installed). Not their modification times: a repair that puts back the bytes
-    the last passing allreduce saw leaves it as it was, so the post-flight proves only what changed."""
+    the last passing allreduce saw leaves it as it was, so the post-flight proves only what changed. A file's path may
+    start with ``~user`` (the cluster user's ~/.ssh)."""
     paths = records(prefix, name)
     out = {"record": paths[0] if paths else "", "sha256": record_sha256(paths)}
     if files:
         digest = hashlib.sha256()
-        for path in [*files, *paths]:
+        for path in [*map(os.path.expanduser, files), *paths]:
             add_content(digest, path)
         if not paths:
             digest.update(b"no " + name.encode())

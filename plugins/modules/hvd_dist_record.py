@@ -40,7 +40,7 @@ options:
     type: str
     default: horovod
   files:
-    description: More files to fingerprint, with the RECORD, into I(files_sha256).
+    description: More files to fingerprint, with the RECORD, into I(files_sha256); a path may start with C(~user).
     type: list
     elements: str
     default: []

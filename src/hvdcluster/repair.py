@@ -53,8 +53,9 @@ class Repair:
     # on a reinstalled node): a role may then leave alone what the read found in sync (hvd_base: its packages and
     # fabric fact where only its managed files drifted).
     items: dict[str, dict[str, list[str]]] = field(default_factory=dict)
-    # Whether the post-flight tests the SSH mesh and mpirun again (hvd_verify_mesh): not where the repair moved
-    # none of what they rely on (MESH_ROLES).
+    # Whether the post-flight tests the SSH mesh and mpirun again (hvd_verify_mesh: always, every node reaching every
+    # other, even where the repair put back the bytes they last passed with), or not (never: the repair moved none of
+    # what they rely on, MESH_ROLES).
     prove_mesh: bool = True
 
     @property
@@ -70,7 +71,7 @@ class Repair:
         return {"hvd_targets": ",".join(self.targets),
                 **({"hvd_repair_items": self.items} if self.items else {}),
                 **({"hvd_pyenv_reinstall": self.reinstall_env} if self.reinstall_env else {}),
-                **({} if self.prove_mesh else {"hvd_verify_mesh": False}),
+                "hvd_verify_mesh": "always" if self.prove_mesh else "never",
                 **(DEEP if self.deep else {})}
 
     def summary(self, read_seconds: float) -> dict[str, Any]:

@@ -28,6 +28,15 @@ from tests.lab.cluster import Lab
 pytestmark = pytest.mark.containers
 
 
+REACH = "Reach every other node by name and fabric address (BatchMode, strict host key checking)"
+
+
+def reach_targets(log: str) -> dict[str, list[str]]:
+    """Each node's reach test targets, as its hvd_run ran them (sh -c SCRIPT reach TARGET...)."""
+    return {e["event_data"]["host"]: e["event_data"]["res"]["cmd"][4:] for e in run_events(log)
+            if e.get("event") == "runner_on_ok" and e["event_data"].get("task") == REACH}
+
+
 def ssh_from(lab: Lab, src: int, target: str) -> subprocess.CompletedProcess[str]:
     """As the cluster's login user on node `src` (not root: the lab's user has sudo)."""
     return lab.exec(src, "ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", target, "hostname",
@@ -67,6 +76,9 @@ def test_up_converges_every_node_and_every_node_reaches_every_other(first_up, la
     gathered = Counter(e["event_data"]["host"] for e in run_events(doc["log"]) if e.get("event") == "runner_on_ok"
                        and e["event_data"].get("task_action", "").rsplit(".", 1)[-1] in ("setup", "gather_facts"))
     assert gathered == {"node1": 1, "node2": 1, "node3": 1}, gathered
+    # a first converge: the post-flight's reach test has every node reach every other, by name and fabric address
+    assert {h: sorted(t) for h, t in reach_targets(doc["log"]).items()} == {
+        f"node{i}": sorted(x for j in range(1, 4) if j != i for x in (f"node{j}", lab3.container(j))) for i in (1, 2, 3)}
     for src, dst in itertools.permutations(range(1, 4), 2):
         by_name = ssh_from(lab3, src, f"node{dst}")
         assert by_name.returncode == 0 and by_name.stdout.strip() == f"node{dst}", by_name.stderr
@@ -98,6 +110,21 @@ def test_second_up_changes_nothing(hvd) -> None:
     assert {name: h["changed"] for name, h in doc["hosts"].items()} == {"node1": 0, "node2": 0, "node3": 0}
     assert all(h["status"] == "up-to-date" for h in doc["hosts"].values())
     assert doc["fast_path"]["in_sync"] == ["node1", "node2", "node3"]
+
+
+def test_a_full_up_of_the_cluster_as_last_proven_reaches_around_a_ring(hvd, lab3: Lab) -> None:
+    """Nothing changed since the last passing allreduce: `up --full` runs every role and changes nothing, mpirun
+    reaches every node, and each node reaches only the next one (a ring: every sshd and every client proven with N
+    connections, not N(N-1)), said in the log."""
+    rc, doc, err = hvd.up_json("--full")
+    assert rc == 0 and all(h["changed"] == 0 for h in doc["hosts"].values()), err[-4000:]
+    assert reach_targets(doc["log"]) == {f"node{i}": [f"node{i % 3 + 1}", lab3.container(i % 3 + 1)] for i in (1, 2, 3)}
+    tasks = task_outcomes(doc["log"])
+    assert tasks["Start one process per node with mpirun and collect the hostnames"] == {"ok"}, tasks
+    assert tasks["Say why the allreduces are skipped"] == {"ok"}, tasks
+    said = [e["event_data"]["res"]["msg"] for e in run_events(doc["log"]) if e.get("event") == "runner_on_ok"
+            and e["event_data"].get("task") == "Say why the allreduces are skipped"]
+    assert said and "each node reached the next one only" in said[0], said
 
 
 def test_the_built_collection_installed_elsewhere_runs_a_playbook_by_its_fqcn_and_changes_nothing(
@@ -290,6 +317,8 @@ def test_drift_on_one_node_is_named_by_check_and_repaired_by_up_leaving_the_othe
                  "Start one process per node with mpirun and collect the hostnames"):
         assert proven.get(task) == ({"ok"} if mesh else {"skipped"}), (task, proven.get(task))
     assert proven["Say why the mesh and mpirun are not tested again"] == ({"skipped"} if mesh else {"ok"}), proven
+    if mesh:  # every node reaches every other, though the repair put back the bytes the last proof saw
+        assert all(len(targets) == 4 for targets in reach_targets(up["log"]).values()), reach_targets(up["log"])
     mpi = [(e["event_data"]["host"], e["event_data"]["res"]) for e in run_events(up["log"])
            if e.get("event") == "runner_on_ok" and e["event_data"].get("task") == MPI_PACKAGES]
     if "run-dir-removed" in kinds:

@@ -33,7 +33,7 @@ def test_a_drifted_node_runs_the_role_that_owns_its_drift_and_the_post_flight() 
     # the roles are told what drifted, by node and owner
     # ... and the post-flight is told not to test the mesh and mpirun again: Horovod's wheel moves nothing they rely on
     assert todo.extravars == {"hvd_targets": "gpu02", "hvd_repair_items": {"gpu02": {"hvd_horovod": ["horovod.record"]}},
-                              "hvd_verify_mesh": False}
+                              "hvd_verify_mesh": "never"}
     assert todo.repaired == {"gpu02": ["horovod.record"]}
 
 
@@ -43,7 +43,7 @@ def test_the_repair_runs_every_owner_any_drifted_node_needs_and_what_is_built_on
     # CUDA's owner, what is built on CUDA (nccl-tests, Horovod's wheel), the post-flight: not every role after CUDA
     assert todo.roles == ["hvd_cuda", "hvd_nccl_tests", "hvd_horovod", "hvd_verify"]
     assert todo.extravars == {"hvd_targets": "gpu01,gpu03", "hvd_repair_items": {
-        "gpu01": {"hvd_cuda": ["cuda.version"]}, "gpu03": {"hvd_horovod": ["horovod.record"]}}, "hvd_verify_mesh": False}
+        "gpu01": {"hvd_cuda": ["cuda.version"]}, "gpu03": {"hvd_horovod": ["horovod.record"]}}, "hvd_verify_mesh": "never"}
 
 
 def test_a_hold_put_back_moves_nothing_and_runs_no_role_built_on_its_owner() -> None:
@@ -57,11 +57,11 @@ def test_a_hold_put_back_moves_nothing_and_runs_no_role_built_on_its_owner() -> 
     assert todo.roles == ["hvd_openmpi", "hvd_verify"]
     assert todo.extravars["hvd_repair_items"] == {
         "gpu02": {"hvd_openmpi": ["pkg.openmpi-bin.guard", "pkg.openmpi-bin.hold"]}}
-    assert todo.extravars["hvd_verify_mesh"] is False  # the same Open MPI, held again: mpirun is not tested again
+    assert todo.extravars["hvd_verify_mesh"] == "never"  # the same Open MPI, held again: mpirun is not tested again
     found["gpu03"].update({"pkg.openmpi-bin": "4.1.5-1"})
     todo = plan(drift.compare({n: dict(state) for n in NAMES}, found, [], order=NAMES), NAMES)
     assert todo.roles == ["hvd_openmpi", "hvd_nccl_tests", "hvd_horovod", "hvd_verify"]
-    assert "hvd_verify_mesh" not in todo.extravars  # Open MPI moved: the mesh and mpirun are proven again
+    assert todo.extravars["hvd_verify_mesh"] == "always"  # Open MPI moved: the mesh and mpirun are proven again
 
 
 def test_what_no_role_repairs_is_the_operators_and_converges_nothing() -> None:
@@ -81,7 +81,7 @@ def test_a_reinstalled_node_runs_the_preflight_and_every_role() -> None:
     todo = plan(report(gpu03={"os.machine-id": "n" * 32, "horovod.record": "x" * 16}), NAMES)
     assert todo.reinstalled == ["gpu03"] and todo.roles == drift.ROLES
     assert "hvd_repair_items" not in todo.extravars  # every role whole on a reinstalled node, whatever was read
-    assert "hvd_verify_mesh" not in todo.extravars  # a new machine: the mesh and mpirun proven again
+    assert todo.extravars["hvd_verify_mesh"] == "always"  # a new machine: the mesh and mpirun proven again
 
 
 @pytest.mark.parametrize(("drifted", "mesh"), [
@@ -94,7 +94,7 @@ def test_a_reinstalled_node_runs_the_preflight_and_every_role() -> None:
 def test_the_post_flight_tests_the_mesh_again_only_where_the_repair_moved_what_it_relies_on(drifted, mesh) -> None:
     todo = plan(report(**drifted), NAMES)
     assert todo.roles and todo.prove_mesh is mesh
-    assert todo.extravars.get("hvd_verify_mesh", True) is mesh
+    assert todo.extravars["hvd_verify_mesh"] == ("always" if mesh else "never")
 
 
 @pytest.mark.parametrize(("first_role", "drifted", "mesh"), [
@@ -110,7 +110,7 @@ def test_after_a_change_of_inputs_the_mesh_is_tested_again_only_where_the_run_ca
                                                                                            mesh) -> None:
     todo = after_change(report(**drifted), NAMES, first_role)
     assert todo.targets == NAMES and todo.roles[-1] == "hvd_verify" and todo.prove_mesh is mesh
-    assert todo.extravars.get("hvd_verify_mesh", True) is mesh
+    assert todo.extravars["hvd_verify_mesh"] == ("always" if mesh else "never")
     assert (set(todo.roles) & {"hvd_base", "hvd_ssh_mesh", "hvd_openmpi"} != set()) or first_role == "hvd_verify" \
         or not mesh
 
@@ -120,7 +120,7 @@ def test_a_changed_env_manifest_makes_hvd_pyenv_install_that_nodes_env_again() -
     assert todo.roles[0] == "hvd_pyenv" and todo.reinstall_env == ["gpu02"]
     assert todo.extravars == {"hvd_targets": "gpu02,gpu03", "hvd_pyenv_reinstall": ["gpu02"], "hvd_repair_items": {
         "gpu02": {"hvd_pyenv": ["env.manifest"]}, "gpu03": {"hvd_horovod": ["horovod.record"]}},
-        "hvd_verify_mesh": False}
+        "hvd_verify_mesh": "never"}
 
 
 def test_the_summary_rounds_the_read_time() -> None:

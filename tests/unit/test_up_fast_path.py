@@ -44,7 +44,7 @@ def test_up_repairs_a_drifted_node_from_the_first_role_that_owns_its_drift(hosts
     assert recorded.calls == [{"playbook": "site.yml", "tags": "hvd_horovod,hvd_verify,hvd_state",
                                "extravars": {"hvd_targets": "gpu02", "hvd_state_health": True,
                                              "hvd_repair_items": {"gpu02": {"hvd_horovod": ["horovod.record"]}},
-                                             "hvd_verify_mesh": False}}]
+                                             "hvd_verify_mesh": "never"}}]
 
 
 def test_what_check_deep_finds_the_next_up_reads_deep_and_repairs_until_a_deep_read_finds_it_installed(
@@ -65,7 +65,7 @@ def test_what_check_deep_finds_the_next_up_reads_deep_and_repairs_until_a_deep_r
     doc = json.loads(capsys.readouterr().out)
     assert calls[-1][-1] == "deep" and doc["fast_path"]["deep"] and doc["converged"] == ["gpu02"]
     assert recorded.calls[-1]["extravars"] == {"hvd_targets": "gpu02", "hvd_pyenv_deep": True, "hvd_state_deep": True,
-                                               "hvd_state_health": True, "hvd_verify_mesh": False,
+                                               "hvd_state_health": True, "hvd_verify_mesh": "never",
                                                "hvd_repair_items": {"gpu02": {"hvd_pyenv": ["env.files"]}}}
     assert recorded.calls[-1]["tags"].startswith("hvd_pyenv,")
     assert nodestate.deep_findings(root) == []
@@ -178,7 +178,7 @@ def test_up_after_a_change_of_variables_converges_every_node_from_the_first_role
     doc = json.loads(captured.out)
     assert recorded.calls == [{"playbook": "site.yml", "tags": tags,
                                "extravars": {"hvd_targets": "gpu01,gpu02", "hvd_state_health": True,
-                                             **({} if mesh else {"hvd_verify_mesh": False})}}]
+                                             "hvd_verify_mesh": "always" if mesh else "never"}}]
     assert doc["changed_inputs"] == {"variables": [change.split(":")[0]], "roles": tags.split(",")[:-1]}
     assert doc["converged"] == ["gpu01", "gpu02"] and doc["ok"]
     assert f"inputs changed since the last converge: {change.split(':')[0]}" in captured.err
