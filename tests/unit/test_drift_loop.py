@@ -107,7 +107,8 @@ def test_a_managed_block_shows_the_line_that_differs_not_two_digests():
 
 
 def test_the_role_order_up_repairs_in_is_the_order_site_yml_runs():
-    """drift.ROLES (the order a fast-path repair starts from) is read off playbooks/site.yml's imports."""
+    """drift.ROLES (the order a fast-path repair starts from) is read off playbooks/site.yml's imports (a play's role,
+    or the task that includes a role with an on/off switch)."""
     import yaml
 
     from tests.conftest import ROOT
@@ -115,8 +116,8 @@ def test_the_role_order_up_repairs_in_is_the_order_site_yml_runs():
     order = []
     for entry in yaml.safe_load((ROOT / "playbooks" / "site.yml").read_text()):
         for play in yaml.safe_load((ROOT / "playbooks" / entry["ansible.builtin.import_playbook"]).read_text()):
-            for role in play.get("roles", []):
-                order += [tag for tag in role.get("tags", []) if tag.startswith("hvd_")]
+            for entry in play.get("roles", []) + play.get("tasks", []):
+                order += [tag for tag in entry.get("tags", []) if tag.startswith("hvd_")]
     assert order == drift.ROLES
 
 
