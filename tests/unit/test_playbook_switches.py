@@ -14,8 +14,6 @@ from ansible.module_utils.parsing.convert_bool import boolean
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = sorted(p for p in (ROOT / "roles").iterdir() if p.is_dir())
-
-
 SWITCHED = [r for r in ROLES if (ROOT / "playbooks" / (r.name.removeprefix("hvd_") + ".yml")).exists()
             and f"{r.name}_enabled" in (yaml.safe_load((r / "defaults" / "main.yml").read_text()) or {})]
 
@@ -32,6 +30,7 @@ def test_a_switched_roles_playbook_reads_its_switch_as_the_role_would(role: Path
     when = task["when"]
     defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
     switch = f"{role.name}_enabled"
+    playvars = dict(play.get("vars") or {})
 
     def render(text, scope):
         return env.from_string(text).render(scope) if isinstance(text, str) and "{{" in text else text
@@ -41,7 +40,6 @@ def test_a_switched_roles_playbook_reads_its_switch_as_the_role_would(role: Path
             "hvd_scheduler": [None, {}, {"kind": "slurm"}, {"kind": "slurm", "containers": "pyxis"}]}
     for values in itertools.product(*grid.values()):
         inventory = {k: v for k, v in zip(grid, values) if v is not None}
-        playvars = dict(play.get("vars") or {})
         # the role's side: its defaults under the inventory, the play's vars over both, each template rendered
         scope = {**defaults, **inventory, **playvars}
         expected = boolean(render(scope[switch], scope), strict=False)
