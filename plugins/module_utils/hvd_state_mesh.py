@@ -212,6 +212,32 @@ def setting_lines(root: str, path: str, lines: list[str] | None = None) -> list[
     return out
 
 
+# hvd_openmpi's own block in Open MPI's parameter file (its marker in roles/hvd_openmpi/tasks/main.yml): where this
+# node's ranks may not read each other's memory, the single-copy path turned off. The node's own setting, which may
+# differ from a peer's (a bare-metal node beside a container): ``mpi.single_copy``, held against the node's record and
+# repaired by hvd_openmpi, never a launch setting compared with the peers'.
+MPI_BLOCK = "hvdcluster: Open MPI's single-copy path (hvd_openmpi)"
+
+
+def _mpi_settings(root: str, path: str) -> tuple[list[str] | None, list[str]]:
+    """The setting lines of Open MPI's parameter file ``path`` outside hvd_openmpi's block (:data:`MPI_BLOCK`; None
+    for a file the reader may not read), and those inside it."""
+    inside: list[str] = []
+    outside: list[str] = []
+    where = outside
+    begin, end = f"# BEGIN {MPI_BLOCK}", f"# END {MPI_BLOCK}"
+    try:
+        text = read_text(under(root, path), strict=True)
+    except OSError:
+        return None, []
+    for line in (line.strip() for line in (text or "").splitlines()):
+        if line in (begin, end):
+            where = inside if line == begin else outside
+        elif line and not line.startswith("#"):
+            where.append(line)
+    return outside, inside
+
+
 def _lines_value(lines: list[str]) -> str:
     return "\n".join(lines) or ABSENT
 
@@ -322,7 +348,8 @@ def launch_state(root: str, user: str = "root", peers: list[str] | None = None, 
       ~/.ssh/environment, where PermitUserEnvironment lets sshd read it): PYTHONPATH, LD_*, OMPI_MCA_*, NCCL_*, ...
     - ``launch.sshd``: sshd_config's PermitUserEnvironment, SetEnv and AcceptEnv lines (its Include'd files too).
     - ``launch.mpi``: Open MPI's parameter files (<prefix>/etc/openmpi-mca-params.conf of the mpirun on the SSH
-      PATH, Debian's /etc/openmpi/openmpi-mca-params.conf, the user's ~/.openmpi/mca-params.conf).
+      PATH, Debian's /etc/openmpi/openmpi-mca-params.conf, the user's ~/.openmpi/mca-params.conf), but for
+      hvd_openmpi's own block in them: ``mpi.single_copy`` (:data:`MPI_BLOCK`).
     - ``launch.nccl``: /etc/nccl.conf and the user's ~/.nccl.conf. Horovod reads only variables (``launch.env``).
     - ``launch.ld``: the dynamic linker's preload and search-path files (:func:`ld_lines`).
     - ``launch.ssh.<peer>`` for every name in ``peers`` (:func:`ssh_resolved`).
@@ -336,10 +363,15 @@ def launch_state(root: str, user: str = "root", peers: list[str] | None = None, 
     mpirun = mpi_state(root, ssh_path)["mpi.path"]
     mpi_files = [os.path.join(os.path.dirname(os.path.dirname(mpirun)), "etc", "openmpi-mca-params.conf")
                  if mpirun != ABSENT else "", "/etc/openmpi/openmpi-mca-params.conf", *mine(".openmpi/mca-params.conf")]
-    groups = {"launch.env": env_files, "launch.mpi": list(dict.fromkeys(f for f in mpi_files if f)),
-              "launch.nccl": ["/etc/nccl.conf", *mine(".nccl.conf")]}
+    groups = {"launch.env": env_files, "launch.nccl": ["/etc/nccl.conf", *mine(".nccl.conf")]}
     out = {key: _lines_value([line for path in files for line in setting_lines(root, path)])
            for key, files in groups.items()}
+    mpi, own = [], []
+    for path in dict.fromkeys(f for f in mpi_files if f):
+        outside, inside = _mpi_settings(root, path)
+        mpi += setting_lines(root, path, outside)
+        own += setting_lines(root, path, inside)
+    out["launch.mpi"], out["mpi.single_copy"] = _lines_value(mpi), _lines_value(own)
     out["launch.sshd"] = _lines_value(sshd)
     out["launch.ld"] = _lines_value(ld_lines(root))
     out.update(ssh_resolved(root, user, list(peers or [])))

@@ -52,7 +52,9 @@ description:
     C(launch.env) (what pam_env and sshd give a non-interactive SSH command - /etc/environment, /etc/default/locale,
     /etc/security/pam_env.conf, ~/.pam_environment, ~/.ssh/environment where PermitUserEnvironment allows it),
     C(launch.sshd) (sshd_config's PermitUserEnvironment, SetEnv, AcceptEnv), C(launch.mpi) (Open MPI's
-    openmpi-mca-params.conf files and ~/.openmpi/mca-params.conf), C(launch.nccl) (/etc/nccl.conf, ~/.nccl.conf),
+    openmpi-mca-params.conf files and ~/.openmpi/mca-params.conf, but hvd_openmpi's own block in them, which is
+    C(mpi.single_copy), the node's own setting, its single-copy path off where its ranks may not read each other's
+    memory), C(launch.nccl) (/etc/nccl.conf, ~/.nccl.conf),
     C(launch.ld) (/etc/ld.so.preload, /etc/ld.so.conf and what it includes, but hvd-*.conf); and C(launch.ssh.<peer>)
     for every name in I(peers) - what C(ssh -G <peer>) resolves for the user (host name, port, user, proxy, identity
     files, host key checking and files, host key alias, SendEnv, SetEnv), one option per line; the only process the

@@ -52,6 +52,9 @@ NO_RECORD_NOTE = "no desired record: compared with peers"
 # in its bytes, so it is held against the node's own record, where a manifest changed to vouch for an addition shows.
 PER_NODE_ITEMS = ("os.kernel", "os.machine-id", "driver.loaded", "horovod.checked", "env.manifest",
                   "base.fabric_interface",
+                  # Open MPI's single-copy path off where this node's ranks may not read each other's memory (a
+                  # container beside a bare-metal node): hvd_openmpi's block, per node (hvd_state_mesh.MPI_BLOCK)
+                  "mpi.single_copy",
                   # Slurm: slurmctld runs on the controller node only; gres.conf names the node's own GPUs
                   "slurm.slurmctld", "slurm.config.gres.conf")
 PER_NODE_PREFIXES = ("gpu.",)

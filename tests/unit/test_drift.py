@@ -175,6 +175,8 @@ def test_missing_key_reads_absent():
         ("ldconf.hvd-cudnn.conf", "hvd_cudnn"),
         ("ldconf.other.conf", "hvd_base"),
         ("launch.env", ""),
+        ("launch.mpi", ""),
+        ("mpi.single_copy", "hvd_openmpi"),
         ("launch.ld", ""),
         ("launch.ssh.node2", ""),
     ],
@@ -307,3 +309,19 @@ def test_the_check_build_stamp_of_each_node_is_its_own_and_never_compared_with_p
     moved = {**states["node2"], "horovod.checked": "key other"}
     assert [d.item for d in drift.compare(states, {"node1": states["node1"], "node2": moved}, []).drifted["node2"]] == [
         "horovod.checked"]
+
+
+def test_a_cluster_where_only_some_nodes_refuse_the_single_copy_path_is_in_sync() -> None:
+    """A container beside bare-metal nodes: hvd_openmpi turns Open MPI's single-copy path off on the one node whose
+    ranks may not read each other's memory (its own block, ``mpi.single_copy``); the others have none. That is no
+    difference from peers, recorded or not; the block gone from that node is drift hvd_openmpi repairs."""
+    own = "/opt/hvd/openmpi-4.1.4/etc/openmpi-mca-params.conf: btl_vader_single_copy_mechanism = none"
+    launch = "/etc/openmpi/openmpi-mca-params.conf: btl = ^openib"  # the site's, on every node
+    states = {n: state(**{"launch.mpi": launch, "mpi.single_copy": own if n == "node3" else "absent"}) for n in NODES3}
+    assert compare(states, {n: dict(s) for n, s in states.items()}, []).in_sync == NODES3
+    unrecorded = {**states, "node3": None}
+    assert compare(unrecorded, {n: dict(s) for n, s in states.items()}, []).in_sync == NODES3
+    gone = {n: dict(s) for n, s in states.items()}
+    gone["node3"]["mpi.single_copy"] = "absent"
+    [d] = compare(states, gone, []).drifted["node3"]
+    assert (d.item, d.expected, d.found, d.role) == ("mpi.single_copy", own, "absent", "hvd_openmpi")

@@ -73,7 +73,7 @@ EVERY_KEY = {
     "os.machine-id", "horovod.version",
     "horovod.record", "horovod.key", "horovod.checked", "mesh.authorized", "mesh.known_hosts", "mesh.ssh_config",
     "base.hosts", "base.fabric_interface", "base.ca", "base.run_dir", "mesh.other_keys", "launch.env", "launch.sshd",
-    "launch.mpi", "launch.nccl", "launch.ld"}
+    "launch.mpi", "launch.nccl", "launch.ld", "mpi.single_copy"}
 
 
 def record_hash(data: bytes) -> str:

@@ -119,6 +119,26 @@ def test_the_mpi_nccl_and_linker_files_a_rank_reads_are_named_but_the_roles_own_
     assert state["ldconf.hvd-openmpi.conf"] == before["ldconf.hvd-openmpi.conf"]
 
 
+def test_hvd_openmpis_own_block_is_the_nodes_single_copy_item_not_a_launch_setting(node: Path) -> None:
+    """The block hvd_openmpi writes where a node's ranks may not read each other's memory is read apart from the
+    operator's lines around it: ``mpi.single_copy`` (per node: a container beside a bare-metal node), held against
+    the node's record; the lines around it stay ``launch.mpi``. Its marker is the role's (roles/hvd_openmpi)."""
+    role = (Path(__file__).parents[4] / "roles/hvd_openmpi/tasks/main.yml").read_text()
+    assert f'marker: "# {{mark}} {hvd_state_mesh.MPI_BLOCK}"' in role
+    path = "/etc/openmpi/openmpi-mca-params.conf"
+    assert look(node)["mpi.single_copy"] == "absent"
+    block = (f"# BEGIN {hvd_state_mesh.MPI_BLOCK}\n# refused here: copy through the shared segment\n"
+             f"btl_vader_single_copy_mechanism = none\n# END {hvd_state_mesh.MPI_BLOCK}\n")
+    write(node, path, "# the site's\nbtl = ^openib\n" + block + "pml = ob1\n")
+    state = look(node)
+    assert state["launch.mpi"] == f"{path}: btl = ^openib\n{path}: pml = ob1"
+    assert state["mpi.single_copy"] == f"{path}: btl_vader_single_copy_mechanism = none"
+    write(node, path, block)
+    assert look(node)["launch.mpi"] == "absent"
+    write(node, path, block.replace("= none", "= cma"))  # edited inside the block: the node's item, hvd_openmpi's
+    assert look(node)["mpi.single_copy"] == f"{path}: btl_vader_single_copy_mechanism = cma"
+
+
 def test_a_launch_item_is_bounded_and_names_an_unreadable_file(node: Path) -> None:
     write(node, "/etc/environment", "".join(f"V{i}={'x' * 300}\n" for i in range(60)))
     lines = look(node)["launch.env"].split("\n")
