@@ -146,11 +146,61 @@ def running(root: str, names: tuple[str, ...]) -> set[str]:
     return found
 
 
+# Slurm's mpi/pmix plugin loads PMIx by the path it was built with, unversioned (<dir>/lib/libpmix.so, a string in the
+# plugin): Debian ships that link in libpmix-dev, not in the runtime libpmix2. Without it slurmd cannot make its PMIx
+# context and every `srun --mpi=pmix` step times out launching on the node.
+PMIX_PLUGINS = ("/usr/lib/*/slurm-wlm/mpi_pmix*.so", "/usr/lib*/slurm/mpi_pmix*.so")
+_PMIX_LIBDIR = re.compile(rb"(/[\w./+-]*pmix[\w./+-]*/lib)\x00")
+
+
+def _started(root: str, name: str) -> float | None:
+    """When the earliest process named ``name`` started (seconds since the epoch, /proc/<pid>/stat and /proc/stat's
+    btime), None where none runs or /proc says nothing."""
+    proc = under(root, "/proc")
+    btime = re.search(r"^btime (\d+)$", read_text(os.path.join(proc, "stat")) or "", re.M)
+    ticks = []
+    for comm in glob.glob(os.path.join(glob.escape(proc), "[0-9]*", "comm")):
+        if (read_text(comm) or "").strip() == name:
+            stat = (read_text(os.path.join(os.path.dirname(comm), "stat")) or "").rpartition(")")[2].split()
+            if len(stat) > 19 and stat[19].isdigit():
+                ticks.append(int(stat[19]))  # field 22, starttime: clock ticks after boot
+    if not btime or not ticks:
+        return None
+    return int(btime.group(1)) + min(ticks) / os.sysconf("SC_CLK_TCK")
+
+
+def pmix_state(root: str) -> str:
+    """``slurm.pmix``: "ok" where every PMIx library Slurm's mpi/pmix plugins load is there and slurmd started after
+    it was installed; else what is wrong; "absent" without the plugin."""
+    plugins = sorted({path for pattern in PMIX_PLUGINS for path in glob.glob(under(root, pattern))})
+    if not plugins:
+        return ABSENT
+    started = _started(root, "slurmd")
+    for lib in sorted({m.group(1).decode() + "/libpmix.so" for plugin in plugins
+                       for m in _PMIX_LIBDIR.finditer(_read_bytes(plugin))}):
+        try:
+            installed = os.lstat(under(root, lib)).st_ctime  # the link itself: when its package put it there
+        except OSError:
+            return f"{lib} missing: Slurm's mpi/pmix cannot load PMIx, srun --mpi=pmix fails here (Debian: libpmix-dev)"
+        if started is not None and started < installed - 1:
+            return f"slurmd started before {lib} was installed: it has no PMIx until it is started again"
+    return "ok"
+
+
+def _read_bytes(path: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""
+
+
 def slurm_state(root: str, role: str, run=_run, hostname: str = "") -> dict:
     """Where the cluster runs under Slurm (``role``: "controller" on the node that runs slurmctld, else "node"):
 
     - ``slurm.config.<file>``: d16 of hvd_slurm's /etc/slurm/slurm.conf, cgroup.conf and gres.conf.
     - ``slurm.slurmd`` and, on the controller, ``slurm.slurmctld``: "running" or "not running".
+    - ``slurm.pmix``: whether `srun --mpi=pmix` can start ranks here (:func:`pmix_state`).
     - ``slurm.munge``: "ok" when the node's munged encodes and decodes a credential and slurmctld accepts this node's
       (the node asks it for its own record, below), else what fails. The key itself is munge's alone (0400): it is
       judged by what it does, never read.
@@ -164,6 +214,7 @@ def slurm_state(root: str, role: str, run=_run, hostname: str = "") -> dict:
     daemons = ("slurmd", "slurmctld") if role == "controller" else ("slurmd",)
     up = running(root, daemons)
     out.update({f"slurm.{name}": "running" if name in up else "not running" for name in daemons})
+    out["slurm.pmix"] = pmix_state(root)
     out["slurm.drain"] = ABSENT
     rc, cred = run(["munge", "-n"])
     if rc == 0:

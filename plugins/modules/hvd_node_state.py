@@ -61,7 +61,9 @@ description:
     look starts, one per peer, run as the user.
   - With I(slurm) - C(slurm.config.<file>) (digests of /etc/slurm/slurm.conf, cgroup.conf, gres.conf),
     C(slurm.slurmd) and on the controller C(slurm.slurmctld) (C(running) or C(not running)), C(slurm.munge) (C(ok) when
-    munged answers and slurmctld accepts this node's credentials; the key is never read), C(slurm.node) (C(ok), or
+    munged answers and slurmctld accepts this node's credentials; the key is never read), C(slurm.pmix) (C(ok) when the
+    libpmix.so that Slurm's mpi/pmix plugin loads is there and slurmd started after it was; else what is wrong),
+    C(slurm.node) (C(ok), or
     down or drained by Slurm itself and why) and C(slurm.drain) (an operator's or hvdcluster's drain, its reason and who
     set it). These start C(munge), C(unmunge) and C(scontrol) as the user.
   - With I(look), also I(host), the host as the pre-flight judges it and C(plan --probe) resolves for it.

@@ -263,7 +263,7 @@ SELF_EVIDENT = {"env.files": ("ok", ABSENT), "driver.next_boot": ("ok", ABSENT),
                 # the node down or drained by Slurm itself. Judged by compare and confirm; not by run's gate, whose
                 # horovodrun over SSH does not go through Slurm.
                 "slurm.munge": ("ok", ABSENT), "slurm.slurmd": ("running", ABSENT),
-                "slurm.slurmctld": ("running", ABSENT), "slurm.node": ("ok", ABSENT)}
+                "slurm.slurmctld": ("running", ABSENT), "slurm.node": ("ok", ABSENT), "slurm.pmix": ("ok", ABSENT)}
 NOT_GATED = ("slurm.",)
 
 

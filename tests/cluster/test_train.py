@@ -318,6 +318,28 @@ def test_a_replaced_munge_key_is_named_by_check_and_repaired_by_up(converged, la
     assert converged.check_json()[0] == 0
 
 
+def test_a_slurmd_older_than_the_pmix_library_it_loads_is_named_and_started_again_by_up(converged, lab2: Lab) -> None:
+    """Debian's Slurm loads PMIx as libpmix.so (libpmix-dev's link, which hvd_slurm installs): a slurmd started
+    before that link was put there has no PMIx, and every `srun --mpi=pmix` step times out launching on its node.
+    The link put there again under a running slurmd (what a reinstalled libpmix-dev does; here its ctime moved by a
+    chown of the link): `check` names slurm.pmix on node2 alone, `up` starts node2's slurmd again, and srun starts
+    ranks on both nodes."""
+    lib = "/usr/lib/x86_64-linux-gnu/pmix2/lib/libpmix.so"
+    assert lab2.exec(2, "chown", "-h", "root:root", lib).returncode == 0
+    rc, doc = converged.check_json()
+    assert rc == 1 and list(doc["drifted"]) == ["node2"], doc
+    [pmix] = doc["drifted"]["node2"]
+    assert (pmix["item"], pmix["role"]) == ("slurm.pmix", "hvd_slurm") and "slurmd started before" in pmix["found"]
+    before = lab2.exec(2, "pgrep", "-o", "-x", "slurmd").stdout.strip()
+    rc, up, err = converged.up_json()
+    assert rc == 0, err[-4000:]
+    assert up["converged"] == ["node2"] and up["fast_path"]["repaired"]["node2"] == ["slurm.pmix"]
+    assert lab2.exec(2, "pgrep", "-o", "-x", "slurmd").stdout.strip() not in ("", before)  # started again
+    assert converged.check_json()[0] == 0
+    proc = lab2.exec(1, "srun", "--mpi=pmix", "-N", "2", "--ntasks-per-node=1", "hostname", user=SUDO_USER)
+    assert proc.returncode == 0 and sorted(proc.stdout.split()) == ["node1", "node2"], proc.stdout + proc.stderr
+
+
 def test_health_drain_drains_a_failing_node_with_its_item_and_resumes_it_leaving_an_operators_drain(
         converged, lab2: Lab) -> None:
     """node2's health fails: a stand-in nvidia-smi on node2 (/usr/local/bin, on the login user's PATH) prints the

@@ -331,6 +331,40 @@ def test_the_reader_names_slurm_files_daemons_munge_and_the_node_as_slurmctld_ha
         "munged does not answer: munge: Error")
 
 
+def test_the_reader_says_whether_slurms_pmix_plugin_can_load_pmix_and_slurmd_started_after_it(tmp_path: Path) -> None:
+    """Debian's mpi/pmix plugin loads <dir>/lib/libpmix.so by the path it was built with (a string in the plugin),
+    a link only libpmix-dev ships: without it, or with a slurmd started before it was there, `srun --mpi=pmix`
+    cannot start ranks on the node (a 2-node lab's steps timed out launching on the node that lacked it)."""
+    root = Path(fake_root(tmp_path, ["slurmd"]))
+    assert hvd_slurm.pmix_state(str(root)) == "absent"  # no plugin: nothing to judge
+    plugins = root / "usr/lib/x86_64-linux-gnu/slurm-wlm"
+    plugins.mkdir(parents=True)
+    (plugins / "mpi_pmix_v4.so").write_bytes(b"\x7fELF\x00mpi/pmix\x00/usr/lib/x86_64-linux-gnu/pmix2/lib\x00%s\x00")
+    lib = root / "usr/lib/x86_64-linux-gnu/pmix2/lib"
+    lib.mkdir(parents=True)
+    (lib / "libpmix.so.2.6.2").write_bytes(b"\x7fELF")
+    (lib / "libpmix.so.2").symlink_to("libpmix.so.2.6.2")  # libpmix2, the runtime package, alone
+    said = hvd_slurm.pmix_state(str(root))
+    assert said.startswith("/usr/lib/x86_64-linux-gnu/pmix2/lib/libpmix.so missing") and "libpmix-dev" in said
+    (lib / "libpmix.so").symlink_to("libpmix.so.2.6.2")
+    assert hvd_slurm.pmix_state(str(root)) == "ok"  # /proc says nothing of when slurmd started: the link is enough
+    installed = os.lstat(lib / "libpmix.so").st_ctime
+    ticks = os.sysconf("SC_CLK_TCK")
+    (root / "proc/stat").write_text(f"cpu  1 2 3\nbtime {int(installed) - 1000}\n")
+    stat = root / "proc/100/stat"
+    fields = ["S"] + ["0"] * 18  # state, then fields 4-21; field 22 is starttime
+    stat.write_text(f"100 (slurmd) {' '.join(fields)} {(1000 - 60) * ticks} 0 0\n")  # 60 s before the link
+    assert hvd_slurm.pmix_state(str(root)).startswith("slurmd started before /usr/lib/x86_64-linux-gnu/pmix2/lib/")
+    stat.write_text(f"100 (slurmd) {' '.join(fields)} {(1000 + 60) * ticks} 0 0\n")  # started again after it
+    assert hvd_slurm.pmix_state(str(root)) == "ok"
+    assert hvd_slurm.slurm_state(str(root), "node", programs((0, "NodeName=gpu02 State=IDLE\n")), "gpu02")[
+        "slurm.pmix"] == "ok"
+    (lib / "libpmix.so").unlink()
+    found = {"slurm.pmix": hvd_slurm.pmix_state(str(root))}
+    [d] = drift.self_evident("gpu02", found)  # wrong whatever the record says; hvd_slurm installs it
+    assert (d.item, d.expected, d.role) == ("slurm.pmix", "ok", "hvd_slurm")
+
+
 def test_check_names_slurm_drifts_with_hvd_slurm_and_an_operators_drain_as_a_notice() -> None:
     record = {"slurm.config.slurm.conf": "aaaa", "slurm.slurmd": "running", "slurm.munge": "ok", "slurm.node": "ok",
               "slurm.drain": "absent", "pkg.slurmd": "22.05.8-4", "pkg.munge.hold": True}
