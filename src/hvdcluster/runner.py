@@ -124,6 +124,9 @@ def run_id(playbook: str) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}-{Path(playbook).stem}"
 
 
+# The playbooks of the roles with an on/off switch (src/hvdcluster/switches.py; tests/unit/test_switches.py holds the
+# list to the roles').
+SWITCHED_PLAYBOOKS = ("cuda", "cudnn", "nccl", "nccl_tests", "nvidia_driver", "pyxis", "slurm")
 STALE_ENV_FILES = ("cmdline", "extravars", "envvars", "passwords", "settings", "ssh_key")
 
 
@@ -162,6 +165,11 @@ def run_playbook(
         (private / "env" / stale).unlink(missing_ok=True)
     ident = run_id(playbook)
     envvars = {**run_environment(), **(env or {})}
+    if playbook == "site.yml" or playbook.removesuffix(".yml") in SWITCHED_PLAYBOOKS:
+        from .switches import plays_off  # noqa: PLC0415
+
+        # the switched roles off on every node: their plays left out whole (no task, no host), not judged per node
+        extravars = {"hvd_plays_off": plays_off(inventory_dir), **(extravars or {})}
     from .inventory.hostkeys import first_use_hosts, trusted_on_first_use  # noqa: PLC0415 - inventory is heavier
 
     first_use = first_use_hosts(inventory_dir)  # nodes whose key no pin and no earlier run vouches for
