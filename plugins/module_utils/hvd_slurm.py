@@ -136,13 +136,14 @@ def _said(text: str) -> str:
     return "".join(c if c.isprintable() else "?" for c in line)[:LINE_KEPT]
 
 
-def running(root: str, names: tuple[str, ...]) -> set[str]:
-    """Which of the process names ``names`` run on the node (/proc/<pid>/comm, readable by every user)."""
-    found = set()
+def processes(root: str, names: tuple[str, ...]) -> dict[str, list[str]]:
+    """The processes named one of ``names`` on the node: name -> their /proc/<pid> folders (/proc/<pid>/comm, readable
+    by every user)."""
+    found: dict[str, list[str]] = {}
     for comm in glob.glob(os.path.join(glob.escape(under(root, "/proc")), "[0-9]*", "comm")):
         name = (read_text(comm) or "").strip()
         if name in names:
-            found.add(name)
+            found.setdefault(name, []).append(os.path.dirname(comm))
     return found
 
 
@@ -153,29 +154,28 @@ PMIX_PLUGINS = ("/usr/lib/*/slurm-wlm/mpi_pmix*.so", "/usr/lib*/slurm/mpi_pmix*.
 _PMIX_LIBDIR = re.compile(rb"(/[\w./+-]*pmix[\w./+-]*/lib)\x00")
 
 
-def _started(root: str, name: str) -> float | None:
-    """When the earliest process named ``name`` started (seconds since the epoch, /proc/<pid>/stat and /proc/stat's
-    btime), None where none runs or /proc says nothing."""
-    proc = under(root, "/proc")
-    btime = re.search(r"^btime (\d+)$", read_text(os.path.join(proc, "stat")) or "", re.M)
+def _started(root: str, folders: list[str]) -> float | None:
+    """When the earliest of the processes in ``folders`` (their /proc/<pid>) started, in seconds since the epoch
+    (/proc/<pid>/stat and /proc/stat's btime); None where /proc says nothing."""
+    btime = re.search(r"^btime (\d+)$", read_text(under(root, "/proc/stat")) or "", re.M)
     ticks = []
-    for comm in glob.glob(os.path.join(glob.escape(proc), "[0-9]*", "comm")):
-        if (read_text(comm) or "").strip() == name:
-            stat = (read_text(os.path.join(os.path.dirname(comm), "stat")) or "").rpartition(")")[2].split()
-            if len(stat) > 19 and stat[19].isdigit():
-                ticks.append(int(stat[19]))  # field 22, starttime: clock ticks after boot
+    for folder in folders:
+        stat = (read_text(os.path.join(folder, "stat")) or "").rpartition(")")[2].split()
+        if len(stat) > 19 and stat[19].isdigit():
+            ticks.append(int(stat[19]))  # field 22, starttime: clock ticks after boot
     if not btime or not ticks:
         return None
     return int(btime.group(1)) + min(ticks) / os.sysconf("SC_CLK_TCK")
 
 
-def pmix_state(root: str) -> str:
-    """``slurm.pmix``: "ok" where every PMIx library Slurm's mpi/pmix plugins load is there and slurmd started after
-    it was installed; else what is wrong; "absent" without the plugin."""
+def pmix_state(root: str, slurmd: list[str] | None = None) -> str:
+    """``slurm.pmix``: "ok" where every PMIx library Slurm's mpi/pmix plugins load is there and slurmd (``slurmd``:
+    its /proc/<pid> folders, default: read here) started after it was installed; else what is wrong; "absent"
+    without the plugin."""
     plugins = sorted({path for pattern in PMIX_PLUGINS for path in glob.glob(under(root, pattern))})
     if not plugins:
         return ABSENT
-    started = _started(root, "slurmd")
+    started = _started(root, processes(root, ("slurmd",)).get("slurmd", []) if slurmd is None else slurmd)
     for lib in sorted({m.group(1).decode() + "/libpmix.so" for plugin in plugins
                        for m in _PMIX_LIBDIR.finditer(_read_bytes(plugin))}):
         try:
@@ -212,9 +212,9 @@ def slurm_state(root: str, role: str, run=_run, hostname: str = "") -> dict:
 
     out = {f"slurm.config.{name}": file_d16(under(root, f"/etc/slurm/{name}")) for name in SLURM_FILES}
     daemons = ("slurmd", "slurmctld") if role == "controller" else ("slurmd",)
-    up = running(root, daemons)
+    up = processes(root, daemons)  # one walk of /proc for both
     out.update({f"slurm.{name}": "running" if name in up else "not running" for name in daemons})
-    out["slurm.pmix"] = pmix_state(root)
+    out["slurm.pmix"] = pmix_state(root, up.get("slurmd", []))
     out["slurm.drain"] = ABSENT
     rc, cred = run(["munge", "-n"])
     if rc == 0:
