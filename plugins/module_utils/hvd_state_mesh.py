@@ -367,8 +367,11 @@ def launch_state(root: str, user: str = "root", peers: list[str] | None = None, 
     out = {key: _lines_value([line for path in files for line in setting_lines(root, path)])
            for key, files in groups.items()}
     mpi, own = [], []
+    user_file = mine(".openmpi/mca-params.conf")
     for path in dict.fromkeys(f for f in mpi_files if f):
-        outside, inside = _mpi_settings(root, path)
+        # hvd_openmpi writes its block in the system's files only: a block in the user's own file (the user may
+        # write anything there) is the user's lines like any other
+        outside, inside = (_settings(root, path), []) if path in user_file else _mpi_settings(root, path)
         mpi += setting_lines(root, path, outside)
         own += setting_lines(root, path, inside)
     out["launch.mpi"], out["mpi.single_copy"] = _lines_value(mpi), _lines_value(own)

@@ -137,6 +137,12 @@ def test_hvd_openmpis_own_block_is_the_nodes_single_copy_item_not_a_launch_setti
     assert look(node)["launch.mpi"] == "absent"
     write(node, path, block.replace("= none", "= cma"))  # edited inside the block: the node's item, hvd_openmpi's
     assert look(node)["mpi.single_copy"] == f"{path}: btl_vader_single_copy_mechanism = cma"
+    # the same marker in the user's own file (which the user may write) hides nothing: the user's lines, launch.mpi
+    write(node, "/home/hvd/.openmpi/mca-params.conf", block.replace("= none", "= cma") + "pml = ob1\n")
+    state = look(node)
+    assert state["launch.mpi"] == ("/home/hvd/.openmpi/mca-params.conf: btl_vader_single_copy_mechanism = cma\n"
+                                   "/home/hvd/.openmpi/mca-params.conf: pml = ob1")
+    assert state["mpi.single_copy"] == f"{path}: btl_vader_single_copy_mechanism = cma"
 
 
 def test_a_launch_item_is_bounded_and_names_an_unreadable_file(node: Path) -> None:
