@@ -14,6 +14,7 @@ template, an inventory hvdcluster did not write, a `when` that does not render) 
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,17 @@ def switch_when(play: dict[str, Any]) -> str:
     return " and ".join(f"({w})" for w in when) if isinstance(when, list) else str(when)
 
 
+@cache
+def _env() -> Any:
+    """Plain Jinja with Ansible's `bool` filter: the filters a switch reads (made once, for every node and role)."""
+    import jinja2
+    from ansible.module_utils.parsing.convert_bool import boolean
+
+    env = jinja2.Environment(undefined=jinja2.Undefined)
+    env.filters["bool"] = lambda value: boolean(value, strict=False)
+    return env
+
+
 def is_on(when: str, playvars: dict[str, Any], scope: dict[str, Any]) -> bool | None:
     """The switch for one node: ``when`` rendered with ``scope`` (its inventory variables) and the play's vars over
     them, as Ansible would; None where it cannot be known here."""
@@ -47,8 +59,7 @@ def is_on(when: str, playvars: dict[str, Any], scope: dict[str, Any]) -> bool | 
     from jinja2 import meta
     from ansible.module_utils.parsing.convert_bool import boolean
 
-    env = jinja2.Environment(undefined=jinja2.Undefined)
-    env.filters["bool"] = lambda value: boolean(value, strict=False)
+    env = _env()
 
     def templated(value: Any) -> bool:
         if isinstance(value, str):
