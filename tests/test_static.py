@@ -75,12 +75,18 @@ def test_shared_role_is_used_by_roles_that_have_playbooks(role: Path) -> None:
 
 
 def _role_entry(play: dict, role: str) -> dict:
-    """How a role's playbook runs it: a `roles:` entry {role, tags}, or (a role with an on/off switch) one
-    `include_role` task {role, tags, when}, its tag applied to the role's tasks."""
-    for entry in play.get("roles") or []:
-        if entry["role"] == f"hvd.cluster.{role}":
-            assert set(entry) <= {"role", "tags"}, entry
-            return entry
+    """How a role's playbook runs it: the role's argument check for every node in one task (hvd_role_args, run once,
+    tagged always) then an `import_role` with Ansible's own per-node check off {role, tags}; or (a role with an on/off
+    switch) one `include_role` task {role, tags, when}, its tag applied to the role's tasks."""
+    assert "roles" not in play, play["name"]
+    if len(play["tasks"]) == 2:
+        check, task = play["tasks"]
+        assert check["run_once"] is True and check["tags"] == ["always"], check
+        assert f"hvd.cluster.{role}" in check["hvd.cluster.hvd_role_args"]["roles"], check
+        imported = task["ansible.builtin.import_role"]
+        assert imported == {"name": f"hvd.cluster.{role}", "rolespec_validate": False}, task
+        assert set(task) == {"name", "tags", "ansible.builtin.import_role"}, task
+        return {"role": imported["name"], "tags": task["tags"]}
     (task,) = play["tasks"]
     include = task["ansible.builtin.include_role"]
     assert include == {"name": f"hvd.cluster.{role}", "apply": {"tags": task["tags"]}}, task
