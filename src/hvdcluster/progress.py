@@ -77,6 +77,9 @@ def _one_line(text: Any, limit: int = 300) -> str:
 
 
 _REMOVE_KEY = re.compile(r"ssh-keygen -f \S+ -R \S+")
+# What OpenSSH's client itself prints around a command (a key it recorded, the multiplexed connection closing).
+_SSH_CLIENT = re.compile(r"\s*(Warning: Permanently added .* to the list of known hosts\."
+                         r"|Shared connection to \S+ closed\.)\s*$")
 
 
 PIN_REFUSED = ("host key is not the one hosts.yaml pins (hosts[].host_key or ssh.known_hosts): refused, possible "
@@ -103,10 +106,14 @@ def failure_message(res: dict[str, Any], pinned: bool = False) -> str:
     for item in res.get("results") or []:
         if isinstance(item, dict) and item.get("failed"):
             return failure_message(item, pinned)
-    if res.get("msg") == "non-zero return code" and (res.get("stderr") or res.get("stdout")):
-        # A command failed: its own last words say more than Ansible's summary.
-        tail = [line for line in str(res.get("stderr") or res.get("stdout")).splitlines() if line.strip()][-3:]
-        return _one_line(f"rc {res.get('rc')}: " + " | ".join(tail))
+    if res.get("msg") == "non-zero return code":
+        # A command failed: its own last words say more than Ansible's summary. Not the SSH client's: a raw command
+        # runs on a terminal, so what it printed is in stdout and stderr holds only the client's own lines.
+        words = [[line for line in str(res.get(key) or "").splitlines() if line.strip() and not _SSH_CLIENT.match(line)]
+                 for key in ("stderr", "stdout")]
+        tail = (words[0] or words[1])[-3:]
+        if tail:
+            return _one_line(f"rc {res.get('rc')}: " + " | ".join(tail))
     for key in ("msg", "stderr", "reason", "module_stderr", "stdout"):
         if res.get(key):
             return _one_line(_explain(str(res[key]).removeprefix("Task failed: "), pinned))

@@ -60,6 +60,21 @@ def others_clean(findings: dict, host: str, check: str) -> None:
             assert check not in {f["check"] for f in items}, (name, items)
 
 
+def test_python3_missing_is_named_with_its_fix_and_nothing_is_touched(make_lab, installed: Path) -> None:
+    """The pre-flight's first command on a node: python3 on the PATH (every module needs it). Taken away on node2,
+    `up` fails there with the command's own words (the node and the fix), node1 is not failed for it, and no node
+    is touched."""
+    lab = make_lab()
+    assert lab.exec(2, "mv", "/usr/bin/python3", "/usr/bin/python3.away").returncode == 0
+    rc, doc, err = Cli(installed, lab.workdir).up_json()
+    assert rc == 1, err[-3000:]
+    failed = {f["host"]: f for f in doc["failures"]}
+    assert set(failed) == {"node2"}, doc["failures"]
+    assert "python3 not found on the PATH of node2: install python3 (apt-get install python3)" in \
+        failed["node2"]["message"], failed
+    untouched(lab)
+
+
 def test_duplicate_hostname(make_lab, installed: Path) -> None:
     lab = make_lab(hostnames={2: "node1"})
     rc, findings, err = up_findings(Cli(installed, lab.workdir))

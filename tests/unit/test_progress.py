@@ -114,6 +114,19 @@ def test_a_failed_command_is_summarized_by_its_last_stderr_lines() -> None:
     assert failure_message(res) == "rc 1: building... | error: torch not found | Build failed"
 
 
+def test_a_failed_raw_command_is_summarized_by_its_own_words_not_the_ssh_clients() -> None:
+    """A raw command runs on a terminal: what it printed is in stdout, and stderr holds only the SSH client's lines
+    (recorded as the pre-flight's python3 look printed them on a node without python3)."""
+    res = {"msg": "non-zero return code", "rc": 1,
+           "stdout": "python3 not found on the PATH of node2: install python3 (apt-get install python3)\r\n",
+           "stderr": "Warning: Permanently added '[127.0.0.1]:32778' (ED25519) to the list of known hosts.\r\n"
+                     "Shared connection to 127.0.0.1 closed.\r\n"}
+    assert failure_message(res) == "rc 1: python3 not found on the PATH of node2: install python3 (apt-get install python3)"
+    assert failure_message({**res, "stdout": ""}) == "non-zero return code"
+    assert failure_message({**res, "stderr": "sudo: a password is required\n" + res["stderr"]}) == \
+        "rc 1: sudo: a password is required"
+
+
 def test_preflight_findings_are_listed_in_the_summary_and_json() -> None:
     finding = {"host": "gpu02", "check": "shm-size", "severity": "fail", "found": "/dev/shm is 64 MiB",
                "expected": ">= 256 MiB", "fix": "mount -o remount,size=1G /dev/shm"}
