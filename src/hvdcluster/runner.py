@@ -124,6 +124,8 @@ def run_id(playbook: str) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}-{Path(playbook).stem}"
 
 
+# The playbooks that run no role's tasks (read-only looks): no switched task to leave out.
+NO_ROLE_PLAYBOOKS = ("health.yml", "state.yml")
 # The playbooks of the roles with an on/off switch (src/hvdcluster/switches.py; tests/unit/test_switches.py holds the
 # list to the roles').
 SWITCHED_PLAYBOOKS = ("cuda", "cudnn", "nccl", "nccl_tests", "nvidia_driver", "pyxis", "slurm")
@@ -170,6 +172,13 @@ def run_playbook(
 
         # the switched roles off on every node: their plays left out whole (no task, no host), not judged per node
         extravars = {"hvd_plays_off": plays_off(inventory_dir), **(extravars or {})}
+    if playbook not in NO_ROLE_PLAYBOOKS:
+        from .switches import tasks_off  # noqa: PLC0415
+
+        # the switched tasks off on every node (a hostname not set, no bundle, no source build): left out of the run
+        off = tasks_off(inventory_dir, extravars)
+        if off:
+            args += ["--skip-tags", ",".join(off)]
     from .inventory.hostkeys import first_use_hosts, trusted_on_first_use  # noqa: PLC0415 - inventory is heavier
 
     first_use = first_use_hosts(inventory_dir)  # nodes whose key no pin and no earlier run vouches for

@@ -1,11 +1,15 @@
-"""The roles a whole run leaves out: a role with an on/off switch (``<role>_enabled`` in its defaults) whose switch is
-off on every node of the inventory hvdcluster wrote.
+"""The roles and tasks a whole run leaves out: a role with an on/off switch (``<role>_enabled`` in its defaults), or a
+task tagged ``<role>_switch_<name>``, whose switch is off on every node of the inventory hvdcluster wrote.
 
 Each such role's playbook includes it only where its switch is on, a `when` read per node (playbooks/cuda.yml ...).
 That per-node decision costs the controller a task and host each (its variables computed, a worker, the runner's
 events: bench/README, "A switched-off role's play"), on every node of every converge. Where hvdcluster knows the
 switch is off everywhere, it says so before the run (``hvd_plays_off``, an extra variable) and the play's host pattern
 leaves it out whole: no host, no task. A run without it (`ansible-playbook` by hand) decides per node as before.
+
+A switched task (the offline bundle's include, the hostname, Open MPI's source build) is left out the same way with
+``--skip-tags`` (tags are filtered when the play is loaded, before any host): its switch is the first condition of its
+`when` list, rendered over the role's defaults, each node's inventory variables and the run's extra variables.
 
 The switch is judged as the playbook's own `when` renders over each node's inventory variables (group_vars/all/ and
 the host's), the play's vars over them. Where that cannot be known here (a variable the `when` reads is itself a
@@ -14,6 +18,7 @@ template, an inventory hvdcluster did not write, a `when` that does not render) 
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -31,6 +36,37 @@ def switched_roles() -> dict[str, dict[str, Any]]:
         playbook = home / "playbooks" / (role.name.removeprefix("hvd_") + ".yml")
         if f"{role.name}_enabled" in defaults and playbook.is_file():
             out[role.name] = yaml.safe_load(playbook.read_text())[0]
+    return out
+
+
+def _tasks(node: Any) -> list[dict[str, Any]]:
+    """Every task of a tasks file, those inside blocks included."""
+    found: list[dict[str, Any]] = []
+    for task in node if isinstance(node, list) else []:
+        if isinstance(task, dict):
+            found.append(task)
+            for key in ("block", "rescue", "always"):
+                found += _tasks(task.get(key))
+    return found
+
+
+@cache
+def switched_tasks() -> dict[str, tuple[str, str]]:
+    """Tag -> (role, switch) for every task of a role tagged ``<role>_switch_<name>``: a task off on every node of
+    most clusters (a hostname not set, no offline bundle, Open MPI not built from source) whose `when` is a list
+    and whose first condition, its switch, reads only the inventory and the role's defaults."""
+    home = paths.ansible_home()
+    out: dict[str, tuple[str, str]] = {}
+    for role in sorted(p for p in (home / "roles").iterdir() if p.is_dir()):
+        tag = re.compile(rf"{role.name}_switch_\w+")
+        for path in sorted((role / "tasks").glob("*.yml")):
+            for task in _tasks(yaml.safe_load(path.read_text())):
+                for name in [t for t in task.get("tags") or [] if tag.fullmatch(t)]:
+                    when = task.get("when")
+                    if not isinstance(when, list) or not when or name in out:
+                        raise ValueError(f"{path}: a task tagged {name} must be the only one and have a `when` list "
+                                         "whose first condition is its switch")
+                    out[name] = (role.name, str(when[0]))
     return out
 
 
@@ -74,20 +110,23 @@ def is_on(when: str, playvars: dict[str, Any], scope: dict[str, Any]) -> bool | 
         names = meta.find_undeclared_variables(env.parse("{{ " + when + " }}"))
         for var, text in playvars.items():
             if isinstance(text, str) and var in names:
-                names |= meta.find_undeclared_variables(env.parse(text))
+                inner = meta.find_undeclared_variables(env.parse(text))
+                if inner & set(playvars) - {var}:
+                    return None  # a value made of another such value: rendered here with the inventory's alone
+                names |= inner
         if any(templated(scope[n]) for n in names if n in scope):
             return None  # an inventory value Ansible would template first
         outside = {**scope}
         for var, text in playvars.items():
-            outside[var] = env.from_string(text).render(scope) if isinstance(text, str) and "{{" in text else text
+            if var in names:  # only what the switch reads (a role's other defaults may need Ansible's lookups)
+                outside[var] = env.from_string(text).render(scope) if isinstance(text, str) and "{{" in text else text
         return boolean(env.from_string("{{ " + when + " }}").render(outside), strict=False)
     except (jinja2.TemplateError, TypeError, ValueError):
         return None
 
 
-def plays_off(inventory_dir: Path) -> list[str]:
-    """The switched roles that are off on every node of ``inventory_dir`` (hvdcluster's own), sorted; [] where that
-    cannot be known."""
+def _inventory(inventory_dir: Path) -> Any:
+    """hvdcluster's own inventory as read here, or None where variables Ansible reads may lie outside it."""
     from .inventory import read
 
     root = Path(inventory_dir)
@@ -96,12 +135,19 @@ def plays_off(inventory_dir: Path) -> list[str]:
     groups = root / "group_vars"
     if not (root / "hosts.yml").is_file() or (root / "host_vars").exists() or (
             groups.is_dir() and any(p.name != "all" for p in groups.iterdir())):
-        return []
+        return None
     try:
         inv = read(root)
     except (OSError, yaml.YAMLError, AttributeError, TypeError):
-        return []
-    if not inv.hosts:
+        return None
+    return inv if inv.hosts else None
+
+
+def plays_off(inventory_dir: Path) -> list[str]:
+    """The switched roles that are off on every node of ``inventory_dir`` (hvdcluster's own), sorted; [] where that
+    cannot be known."""
+    inv = _inventory(inventory_dir)
+    if inv is None:
         return []
     off = []
     for role, play in switched_roles().items():
@@ -109,3 +155,21 @@ def plays_off(inventory_dir: Path) -> list[str]:
         if all(is_on(when, playvars, {**inv.vars, **host}) is False for host in inv.hosts.values()):
             off.append(role)
     return off
+
+
+def tasks_off(inventory_dir: Path, extravars: dict[str, Any] | None = None) -> list[str]:
+    """The tags of the switched tasks (switched_tasks) that are off on every node of ``inventory_dir``, sorted: each
+    switch rendered over the role's defaults, the node's inventory variables and the run's extra variables; [] where
+    that cannot be known."""
+    inv = _inventory(inventory_dir)
+    if inv is None:
+        return []
+    home = paths.ansible_home()
+    off = []
+    for tag, (role, when) in switched_tasks().items():
+        defaults = yaml.safe_load((home / "roles" / role / "defaults" / "main.yml").read_text()) or {}
+        scopes = [{**inv.vars, **host, **(extravars or {})} for host in inv.hosts.values()]
+        # the defaults rank below the inventory: only those the inventory does not set are rendered as defaults
+        if all(is_on(when, {k: v for k, v in defaults.items() if k not in scope}, scope) is False for scope in scopes):
+            off.append(tag)
+    return sorted(off)

@@ -115,3 +115,60 @@ def test_hvdcluster_names_the_roles_off_everywhere_for_site_yml_and_the_switched
         run_playbook(root, playbook, extravars={"hvd_targets": "node1"})
     assert seen["extravars"]["hvd_targets"] == "node1"
     assert {"hvd_cuda", "hvd_nvidia_driver", "hvd_slurm"} <= set(seen["extravars"]["hvd_plays_off"])
+
+
+def test_the_switched_tasks_are_the_tagged_ones_each_with_its_switch_first() -> None:
+    """A task tagged <role>_switch_<name> is one task whose `when` list starts with its switch."""
+    assert switches.switched_tasks() == {
+        "hvd_base_switch_hostname": ("hvd_base", "hvd_base_set_hostname | bool"),
+        "hvd_base_switch_bundle": ("hvd_base", "hvd_base_bundle | length > 0"),
+        "hvd_openmpi_switch_source": ("hvd_openmpi", "hvd_openmpi_source == 'source'"),
+    }
+
+
+ALL_TASKS_OFF = ["hvd_base_switch_bundle", "hvd_base_switch_hostname", "hvd_openmpi_switch_source"]
+
+
+@pytest.mark.parametrize(("group", "node2", "extravars", "kept"), [
+    ({"hvd_set_hostname": False}, {}, None, []),
+    ({}, {}, None, []),  # the roles' own defaults: no hostname set, no bundle, the distro's Open MPI
+    ({"hvd_set_hostname": False}, {"hvd_set_hostname": True}, None, ["hvd_base_switch_hostname"]),
+    ({"hvd_openmpi_source": "source"}, {}, None, ["hvd_openmpi_switch_source"]),
+    ({}, {"hvd_base_bundle": "/srv/bundle"}, None, ["hvd_base_switch_bundle"]),
+    ({}, {}, {"hvd_base_bundle": "/srv/bundle"}, ["hvd_base_switch_bundle"]),  # an extra variable of the run
+    ({"hvd_openmpi_source": "{{ lookup('env', 'MPI_SOURCE') }}"}, {}, None, ["hvd_openmpi_switch_source"]),
+    ({"hvd_base_set_hostname": "{{ hvd_set_hostname }}"}, {}, None, ["hvd_base_switch_hostname"]),
+])
+def test_a_switched_task_is_left_out_exactly_where_its_switch_is_off_on_every_node(
+        tmp_path: Path, group: dict, node2: dict, extravars: dict | None, kept: list[str]) -> None:
+    """The switch rendered over the role's defaults, each node's inventory variables and the run's extra variables;
+    one node that turns a task on keeps it, and so does a value that is itself a template (Ansible would render it
+    first: not known here)."""
+    root = inventory(tmp_path, group, {"node1": {}, "node2": node2})
+    assert switches.tasks_off(root, extravars) == [tag for tag in ALL_TASKS_OFF if tag not in kept]
+
+
+def test_nothing_is_left_out_where_variables_lie_beside_hvdclusters_own_inventory(tmp_path: Path) -> None:
+    root = inventory(tmp_path, {}, {"node1": {}})
+    assert switches.tasks_off(root) == ALL_TASKS_OFF
+    (root / "host_vars").mkdir()
+    assert switches.tasks_off(root) == []
+    assert switches.tasks_off(tmp_path / "missing") == []
+
+
+@pytest.mark.parametrize(("playbook", "skipped"), [("site.yml", True), ("base.yml", True), ("openmpi.yml", True),
+                                                   ("state.yml", False), ("health.yml", False)])
+def test_hvdcluster_leaves_the_switched_tasks_off_everywhere_out_of_the_runs_of_roles(
+        tmp_path: Path, monkeypatch, playbook: str, skipped: bool) -> None:
+    seen = {}
+
+    def fake_run(ansible_runner, private, ident, name, inventory_dir, args, extravars, envvars, handler):
+        seen["args"] = args
+        raise SystemExit  # no run: what it was given is all this test reads
+
+    monkeypatch.setattr(runner, "_run", fake_run)
+    root = inventory(tmp_path, {"hvd_openmpi_source": "source"}, {"node1": {}})
+    with pytest.raises(SystemExit):
+        run_playbook(root, playbook, tags="hvd_base")
+    expected = ["--skip-tags", "hvd_base_switch_bundle,hvd_base_switch_hostname"] if skipped else []
+    assert seen["args"] == ["--tags", "hvd_base", *expected]
