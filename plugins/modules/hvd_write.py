@@ -114,6 +114,7 @@ updated:
 """
 
 import errno
+import hashlib
 import grp
 import os
 import pwd
@@ -329,6 +330,21 @@ def keep(entry: dict, check: bool) -> dict | None:
             "after": f"mode {mode:04o}\n" if mode is not None else f"uid {uid}, gid {gid}\n"}
 
 
+def invocation(files: list[dict]) -> dict:
+    """The arguments as the result echoes them (Ansible's ``invocation``): each content or block by its size and
+    sha256, not its text. A CA bundle or a key list would otherwise come back from every node into every run's events
+    and logs (a 200 KB bundle: 200 KB a node, each converge), for nothing the log reader needs."""
+    out = []
+    for item in files:
+        shown = dict(item)
+        for key in ("content", "block"):
+            if isinstance(shown.get(key), str):
+                data = shown[key].encode()
+                shown[key] = f"({len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()})"
+        out.append(shown)
+    return {"module_args": {"files": out}}
+
+
 def main() -> None:
     entry = {
         "path": {"type": "path", "required": True},
@@ -349,19 +365,21 @@ def main() -> None:
                                                     "options": entry}},
                            supports_check_mode=True)
     updated, diffs = [], []
+    echoed = invocation(module.params["files"])
     for item in module.params["files"]:
         if not item["manage"]:
             continue
         try:
             diff = keep(item, module.check_mode)
         except WriteError as error:
-            module.fail_json(msg=f"hvd_write: {error}", updated=updated)
+            module.fail_json(msg=f"hvd_write: {error}", updated=updated, invocation=echoed)
         except OSError as error:
-            module.fail_json(msg=f"hvd_write: {item['path']}: {error.strerror or error}", updated=updated)
+            module.fail_json(msg=f"hvd_write: {item['path']}: {error.strerror or error}", updated=updated,
+                             invocation=echoed)
         if diff is not None:
             updated.append(item["path"])
             diffs.append(diff)
-    result = {"changed": bool(updated), "updated": updated}
+    result = {"changed": bool(updated), "updated": updated, "invocation": echoed}
     if module._diff:
         result["diff"] = diffs
     module.exit_json(**result)

@@ -6,6 +6,7 @@ input, and compares the bytes: a node converged before with them is in place for
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pwd
@@ -116,6 +117,24 @@ def test_files_folders_and_removals_are_made_then_a_second_run_changes_nothing(t
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no temporary file left beside them
     again = write(files)
     assert again["changed"] is False and again["updated"] == [], again
+
+
+def test_the_result_echoes_each_content_by_size_and_sha256_not_its_text(tmp_path: Path) -> None:
+    """A CA bundle's text written (or failing to be) comes back as its size and digest: the run's events and logs
+    do not carry it from every node again; what was asked is still told (the paths, modes, states)."""
+    bundle = "-----BEGIN CERTIFICATE-----\n" + "A" * 200_000 + "\n-----END CERTIFICATE-----\n"
+    files = [{"path": str(tmp_path / "ca.crt"), "content": bundle, "mode": "0644"},
+             {"path": str(tmp_path / "hosts"), "state": "block", "marker": "# {mark} x", "block": "10.0.0.1 node1\n"}]
+    for done in (write(files), write(files, check=True)):
+        echoed = done["invocation"]["module_args"]["files"]
+        assert len(json.dumps(done)) < 5000, len(json.dumps(done))
+        digest = hashlib.sha256(bundle.encode()).hexdigest()
+        assert echoed[0]["content"] == f"({len(bundle)} bytes, sha256 {digest})" and echoed[0]["mode"] == "0644"
+        assert echoed[1]["block"].startswith("(15 bytes, sha256 ") and echoed[1]["path"] == str(tmp_path / "hosts")
+    assert (tmp_path / "ca.crt").read_text() == bundle
+    (tmp_path / "blocked").mkdir()
+    failed = write([{"path": str(tmp_path / "blocked"), "content": bundle}])
+    assert failed.get("failed") and "AAAA" not in json.dumps(failed), json.dumps(failed)[:2000]
 
 
 def test_a_fact_file_gets_its_missing_folders_0755_whatever_the_umask(tmp_path: Path) -> None:
