@@ -18,8 +18,18 @@ def run(argv):
     return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr[-2000:]}
 
 
+# The lines of `ompi_info --parsable` hvd_openmpi reads (its version, hwloc, the MPI API, the configuration); the
+# rest (every component and parameter, about 20 KB) would only travel to the controller and into the run's log.
+KEPT = ("ompi:version:", "mca:hwloc:", "mpi-api:", "ompi:config")
+
+
+def kept(result):
+    result["stdout"] = "".join(line for line in result["stdout"].splitlines(True) if line.startswith(KEPT))
+    return result
+
+
 print(json.dumps({
     "which": run(["sh", "-c", "command -v mpirun && { command -v orted || command -v prted; }"]),
-    "info": run(["ompi_info", "--parsable"]),
+    "info": kept(run(["ompi_info", "--parsable"])),
     "cma": run([sys.executable, "-I", "-c", sys.argv[1]]),
 }))
