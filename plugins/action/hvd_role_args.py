@@ -63,7 +63,12 @@ class ActionModule(ActionBase):
             if name == task_vars.get("inventory_hostname"):
                 host_vars = task_vars
             else:
-                host_vars = manager.get_vars(play=play, host=manager._inventory.get_host(name), task=self._task)
+                # the inventory as the variable manager holds it (no public accessor; the one the strategy uses)
+                host = manager._inventory.get_host(name)
+                if host is None:
+                    errors.setdefault(name, []).append("not a host of the inventory")
+                    continue
+                host_vars = manager.get_vars(play=play, host=host, task=self._task)
             templar = self._templar.copy_with_new_env(available_variables=host_vars)
             for role, spec in specs.items():
                 values, deferred, found = {}, set(), errors.setdefault(name, [])

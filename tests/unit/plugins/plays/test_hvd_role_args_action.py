@@ -82,3 +82,19 @@ def test_every_play_of_the_converge_checks_its_roles_once_and_turns_ansibles_own
                             assert task[key]["rolespec_validate"] is False, task
     (preflight,) = yaml.safe_load((ROOT / "playbooks" / "preflight.yml").read_text())[:1]
     assert preflight["tasks"][0]["hvd.cluster.hvd_role_args"]["roles"] == roles
+
+
+def test_hosts_named_by_the_task_are_checked_and_one_outside_the_inventory_is_named(tmp_path: Path) -> None:
+    """The task's own `hosts` (where not the play's batch): the controller itself passes with the roles' defaults; a
+    name the inventory lacks fails, named; an unknown role is refused."""
+    from ansible_collections.hvd.cluster.tests.unit.plugins.support import run_play
+
+    tasks = [{"hvd.cluster.hvd_role_args": {"roles": ["hvd.cluster.hvd_base", "hvd_openmpi"], "hosts": ["localhost"]}},
+             {"hvd.cluster.hvd_role_args": {"roles": ["hvd_base"], "hosts": ["localhost", "nosuch"]},
+              "ignore_errors": True},
+             {"hvd.cluster.hvd_role_args": {"roles": ["hvd_nosuch"]}, "ignore_errors": True}]
+    results, _ = run_play(tmp_path, tasks)
+    assert not results[0].get("failed") and results[0]["roles"] == ["hvd.cluster.hvd_base", "hvd.cluster.hvd_openmpi"]
+    assert results[0]["argument_errors"] == {} and results[0]["changed"] is False
+    assert results[1]["failed"] and results[1]["argument_errors"] == {"nosuch": ["not a host of the inventory"]}
+    assert results[2]["failed"] and "'hvd_nosuch' is not a role of this collection" in results[2]["msg"]
