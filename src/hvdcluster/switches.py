@@ -165,10 +165,10 @@ def tasks_off(inventory_dir: Path, extravars: dict[str, Any] | None = None) -> l
     if inv is None:
         return []
     home = paths.ansible_home()
+    scopes = [{**inv.vars, **host, **(extravars or {})} for host in inv.hosts.values()]
     off = []
     for tag, (role, when) in switched_tasks().items():
         defaults = yaml.safe_load((home / "roles" / role / "defaults" / "main.yml").read_text()) or {}
-        scopes = [{**inv.vars, **host, **(extravars or {})} for host in inv.hosts.values()]
         # the defaults rank below the inventory: only those the inventory does not set are rendered as defaults
         if all(is_on(when, {k: v for k, v in defaults.items() if k not in scope}, scope) is False for scope in scopes):
             off.append(tag)
