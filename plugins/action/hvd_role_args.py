@@ -86,8 +86,9 @@ class ActionModule(ActionBase):
                     {key: option for key, option in spec.items() if key not in deferred})
                 checked = validator.validate(values, validate_role_argument_spec=True)
                 for msg in checked.error_messages:
-                    named = [key for key in values if key in msg]
-                    found.append(f"hvd.cluster.{role}: {msg}{_where(host_vars[named[0]]) if named else ''}")
+                    # the option the message names (the longest that fits: hvd_x_y, not hvd_x, in "hvd_x_y ...")
+                    named = max((key for key in values if key in msg), key=len, default=None)
+                    found.append(f"hvd.cluster.{role}: {msg}{_where(host_vars[named]) if named else ''}")
         errors = {host: found for host, found in errors.items() if found}
         result.update(changed=False, hosts=list(hosts), roles=[f"hvd.cluster.{r}" for r in roles],
                       argument_errors=errors)

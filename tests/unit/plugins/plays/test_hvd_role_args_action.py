@@ -8,6 +8,7 @@ Under ansible-test units these run in the controller's context (this folder is n
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -36,7 +37,8 @@ def test_a_bad_value_on_one_node_stops_the_converge_before_any_node_is_reached(t
     value of the wrong type on node2 (for roles that run long after the pre-flight) are both named, with the node,
     the role and the file and line they were read from; the run fails and no node is ever connected to."""
     hosts = {f"node{i}": {"ansible_host": f"192.0.2.{i}", "ansible_user": "root"} for i in (1, 2, 3)}
-    root = inventory(tmp_path, hosts, "hvd_openmpi_source: sorce\nhvd_horovod_debug_info: maybe\n")
+    root = inventory(tmp_path, hosts, "hvd_openmpi_source: sorce\nhvd_horovod_debug_info: maybe\n"
+                                      "hvd_nvidia_driver_reboot: true\nhvd_nvidia_driver_reboot_batch: many\n")
     proc = playbook(root, "site.yml")
     out = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode != 0, out
@@ -44,6 +46,9 @@ def test_a_bad_value_on_one_node_stops_the_converge_before_any_node_is_reached(t
     assert (f"node2: hvd.cluster.hvd_openmpi: value of hvd_openmpi_source must be one of: package, source, got: sorce"
             f" ({node2}:1)") in out, out
     assert "node2: hvd.cluster.hvd_horovod:" in out and "hvd_horovod_debug_info" in out and f"({node2}:2)" in out, out
+    # the place of the option the message names, not of one whose name it starts with (..._reboot, line 3)
+    batch = re.findall(r"argument '+hvd_nvidia_driver_reboot_batch'+ [^;]*?\((\S+)\)", out)
+    assert batch and set(batch) == {f"{node2}:4"}, out
     assert "node1:" not in out.split("Validation of arguments failed", 1)[1].split("PLAY RECAP")[0], out
     assert "UNREACHABLE" not in out and "Gathering Facts" not in out and "Look for python3" not in out, out
 
