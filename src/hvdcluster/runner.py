@@ -167,18 +167,16 @@ def run_playbook(
         (private / "env" / stale).unlink(missing_ok=True)
     ident = run_id(playbook)
     envvars = {**run_environment(), **(env or {})}
-    if playbook == "site.yml" or playbook.removesuffix(".yml") in SWITCHED_PLAYBOOKS:
-        from .switches import plays_off  # noqa: PLC0415
-
-        # the switched roles off on every node: their plays left out whole (no task, no host), not judged per node
-        extravars = {"hvd_plays_off": plays_off(inventory_dir), **(extravars or {})}
     if playbook not in NO_ROLE_PLAYBOOKS:
-        from .switches import tasks_off  # noqa: PLC0415
+        from .switches import left_out  # noqa: PLC0415
 
+        plays, tasks = left_out(inventory_dir, extravars)
+        if playbook == "site.yml" or playbook.removesuffix(".yml") in SWITCHED_PLAYBOOKS:
+            # the switched roles off on every node: their plays left out whole (no task, no host), not judged per node
+            extravars = {"hvd_plays_off": plays, **(extravars or {})}
         # the switched tasks off on every node (a hostname not set, no bundle, no source build): left out of the run
-        off = tasks_off(inventory_dir, extravars)
-        if off:
-            args += ["--skip-tags", ",".join(off)]
+        if tasks:
+            args += ["--skip-tags", ",".join(tasks)]
     from .inventory.hostkeys import first_use_hosts, trusted_on_first_use  # noqa: PLC0415 - inventory is heavier
 
     first_use = first_use_hosts(inventory_dir)  # nodes whose key no pin and no earlier run vouches for

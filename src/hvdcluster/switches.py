@@ -146,30 +146,35 @@ def _inventory(inventory_dir: Path) -> Any:
 def plays_off(inventory_dir: Path) -> list[str]:
     """The switched roles that are off on every node of ``inventory_dir`` (hvdcluster's own), sorted; [] where that
     cannot be known."""
-    inv = _inventory(inventory_dir)
-    if inv is None:
-        return []
-    off = []
-    for role, play in switched_roles().items():
-        when, playvars = switch_when(play), dict(play.get("vars") or {})
-        if all(is_on(when, playvars, {**inv.vars, **host}) is False for host in inv.hosts.values()):
-            off.append(role)
-    return off
+    return left_out(inventory_dir)[0]
 
 
 def tasks_off(inventory_dir: Path, extravars: dict[str, Any] | None = None) -> list[str]:
     """The tags of the switched tasks (switched_tasks) that are off on every node of ``inventory_dir``, sorted: each
     switch rendered over the role's defaults, the node's inventory variables and the run's extra variables; [] where
     that cannot be known."""
+    return left_out(inventory_dir, extravars)[1]
+
+
+def left_out(inventory_dir: Path, extravars: dict[str, Any] | None = None) -> tuple[list[str], list[str]]:
+    """plays_off and tasks_off from one reading of the inventory (a run asks for both)."""
     inv = _inventory(inventory_dir)
     if inv is None:
-        return []
+        return [], []
+    plays = []
+    for role, play in switched_roles().items():
+        when, playvars = switch_when(play), dict(play.get("vars") or {})
+        if all(is_on(when, playvars, {**inv.vars, **host}) is False for host in inv.hosts.values()):
+            plays.append(role)
     home = paths.ansible_home()
     scopes = [{**inv.vars, **host, **(extravars or {})} for host in inv.hosts.values()]
-    off = []
+    defaults: dict[str, dict[str, Any]] = {}
+    tasks = []
     for tag, (role, when) in switched_tasks().items():
-        defaults = yaml.safe_load((home / "roles" / role / "defaults" / "main.yml").read_text()) or {}
+        if role not in defaults:
+            defaults[role] = yaml.safe_load((home / "roles" / role / "defaults" / "main.yml").read_text()) or {}
         # the defaults rank below the inventory: only those the inventory does not set are rendered as defaults
-        if all(is_on(when, {k: v for k, v in defaults.items() if k not in scope}, scope) is False for scope in scopes):
-            off.append(tag)
-    return sorted(off)
+        if all(is_on(when, {k: v for k, v in defaults[role].items() if k not in scope}, scope) is False
+               for scope in scopes):
+            tasks.append(tag)
+    return plays, sorted(tasks)
