@@ -106,8 +106,9 @@ def failure_message(res: dict[str, Any], pinned: bool = False) -> str:
     for item in res.get("results") or []:
         if isinstance(item, dict) and item.get("failed"):
             return failure_message(item, pinned)
-    if res.get("msg") == "non-zero return code":
-        # A command failed: its own last words say more than Ansible's summary. Not the SSH client's: a raw command
+    if str(res.get("msg") or "").startswith("non-zero return code"):
+        # A command failed (Ansible's command modules, or hvd_run's "non-zero return code (N)"): its own last words
+        # say more than Ansible's summary. Not the SSH client's: a raw command
         # runs on a terminal, so what it printed is in stdout and stderr holds only the client's own lines.
         words = [[line for line in str(res.get(key) or "").splitlines() if line.strip() and not _SSH_CLIENT.match(line)]
                  for key in ("stderr", "stdout")]

@@ -127,6 +127,15 @@ def test_a_failed_raw_command_is_summarized_by_its_own_words_not_the_ssh_clients
         "rc 1: sudo: a password is required"
 
 
+def test_a_failed_hvd_run_is_summarized_by_its_commands_words() -> None:
+    """hvd_run's failure says "non-zero return code (N)" (recorded as hvd_openmpi's look failed on a node whose
+    mpirun is not on the SSH PATH): the command's own stderr is the summary, not the JSON it printed."""
+    res = {"msg": "non-zero return code (3)", "rc": 3, "stdout": '{"which": {"rc": 1, "stdout": ""}}',
+           "stderr": "mpirun/orted not on the default PATH of a non-interactive SSH command (): mpirun would fail"}
+    assert failure_message(res) == ("rc 3: mpirun/orted not on the default PATH of a non-interactive SSH command (): "
+                                    "mpirun would fail")
+
+
 def test_preflight_findings_are_listed_in_the_summary_and_json() -> None:
     finding = {"host": "gpu02", "check": "shm-size", "severity": "fail", "found": "/dev/shm is 64 MiB",
                "expected": ">= 256 MiB", "fix": "mount -o remount,size=1G /dev/shm"}

@@ -1,8 +1,11 @@
 """hvd_openmpi's look at a node, in one command where three module runs were: the mpirun and orted (prted for Open
 MPI 5) a non-interactive SSH command finds on its default PATH, `ompi_info --parsable`, and cma_probe.py's answer
 (its source is the first argument). Prints one JSON object: {"which": {"rc", "stdout"}, "info": {"rc", "stdout"},
-"cma": {"rc", "stdout"}}; a program that cannot be started counts as rc 127. Standard library only; run by
-hvd_openmpi with the node's python3 as the login user (as the ranks run), PATH set to the SSH default."""
+"cma": {"rc", "stdout"}}; a program that cannot be started counts as rc 127. Where it is asked to judge (the third
+argument "1"; not in check mode, where nothing was installed), it also says on stderr and with exit status 3 that
+mpirun or orted is not on that PATH, or that the installed version is not the one asked for (the second argument, a
+version or its prefix; empty for any). Standard library only; run by hvd_openmpi with the node's python3 as the
+login user (as the ranks run), PATH set to the SSH default."""
 
 import json
 import subprocess
@@ -28,8 +31,36 @@ def kept(result):
     return result
 
 
-print(json.dumps({
-    "which": run(["sh", "-c", "command -v mpirun && { command -v orted || command -v prted; }"]),
-    "info": kept(run(["ompi_info", "--parsable"])),
-    "cma": run([sys.executable, "-I", "-c", sys.argv[1]]),
-}))
+def version(info):
+    """ompi_info's own word on the installed version ("none" where it has none)."""
+    for line in info["stdout"].splitlines():
+        if line.startswith("ompi:version:full:"):
+            return line[len("ompi:version:full:"):]
+    return "none"
+
+
+def problem(which, info, wanted):
+    """Why the ranks could not use this Open MPI ("" when they can)."""
+    if which["rc"] != 0:
+        return ("mpirun/orted not on the default PATH of a non-interactive SSH command (%s): mpirun would fail with "
+                '"orted: command not found" on the other nodes' % " ".join(which["stdout"].split()))
+    found = version(info)
+    if wanted and not (found + ".").startswith(wanted + "."):
+        return "Open MPI %s is installed, %s was asked for" % (found, wanted)
+    return ""
+
+
+def main(argv):
+    which = run(["sh", "-c", "command -v mpirun && { command -v orted || command -v prted; }"])
+    info = kept(run(["ompi_info", "--parsable"]))
+    print(json.dumps({"which": which, "info": info, "cma": run([sys.executable, "-I", "-c", argv[1]])}))
+    wanted, judge = (list(argv[2:4]) + ["", "0"][len(argv[2:4]):])
+    why = problem(which, info, wanted) if judge == "1" else ""
+    if why:
+        print(why, file=sys.stderr)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
