@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
@@ -44,10 +44,12 @@ def gpu_count(host: Mapping[str, Any]) -> int:
         return 0
 
 
-def _with_slots(entry: dict[str, Any], host: Mapping[str, Any]) -> dict[str, Any]:
-    """``entry`` with its slots decided: the ones written, else one per GPU the node reports, else 1."""
+def _with_slots(entry: dict[str, Any], host: Callable[[], Mapping[str, Any]]) -> dict[str, Any]:
+    """``entry`` with its slots decided: the ones written, else one per GPU the node reports (``host()``: its
+    variables, read only then), else 1."""
+    written = entry.get("slots")
     try:
-        entry["slots"] = member_rules.slots(entry["name"], entry.get("slots"), gpu_count(host))
+        entry["slots"] = member_rules.slots(entry["name"], written, gpu_count(host()) if written in (None, "") else None)
     except ValueError as exc:
         raise AnsibleFilterError(str(exc)) from None
     return entry
@@ -56,10 +58,21 @@ def _with_slots(entry: dict[str, Any], host: Mapping[str, Any]) -> dict[str, Any
 def hvd_members(names: Iterable[str], hostvars: Mapping[str, Mapping[str, Any]],
                 written: Iterable[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The members called ``names``, in that order: each one's entry of ``written`` (the inventory's
-    ``hvd_members``) where it has one, else derived from ``hostvars``."""
+    ``hvd_members``) where it has one, else derived from ``hostvars``. A host's variables are read only where they
+    decide something (no entry written, or its slots left to the GPUs): Ansible computes all of a host's variables
+    at each ``hostvars[name]``, and the roles ask for the members on every node."""
     known = {entry["name"]: entry for entry in written or [] if isinstance(entry, Mapping) and "name" in entry}
-    return [_with_slots(dict(known[name]) if name in known else member(name, hostvars[name]), hostvars[name])
-            for name in names]
+    members = []
+    for name in names:
+        read: dict[str, Mapping[str, Any]] = {}
+
+        def host(name: str = name, read: dict[str, Mapping[str, Any]] = read) -> Mapping[str, Any]:
+            if "vars" not in read:
+                read["vars"] = hostvars[name]
+            return read["vars"]
+
+        members.append(_with_slots(dict(known[name]) if name in known else member(name, host()), host))
+    return members
 
 
 def hvd_member_peers(members: Iterable[Mapping[str, Any]], me: str, **extra: Any) -> list[dict[str, Any]]:

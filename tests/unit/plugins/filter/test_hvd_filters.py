@@ -224,6 +224,24 @@ def test_the_inventorys_written_members_are_used_and_others_derived() -> None:
     ]
 
 
+def test_a_hosts_variables_are_read_only_where_they_decide_something() -> None:
+    """Ansible computes every variable of a host at each ``hostvars[name]`` (and the roles ask for the members on every
+    node): a written member with its slots reads none; one whose slots are left to its GPUs, or not written, once."""
+
+    class Counted(dict):
+        reads: list[str] = []
+
+        def __getitem__(self, name: str) -> dict:
+            self.reads.append(name)
+            return super().__getitem__(name)
+
+    hostvars = Counted(a={}, b={"ansible_local": {"hvd_nvidia_driver": {"gpu_count": 4}}}, c={"ansible_host": "10.0.0.3"})
+    written = [{"name": "a", "fabric": "10.0.0.1", "port": 22, "slots": 2},
+               {"name": "b", "fabric": "10.0.0.2", "port": 22, "slots": None}]
+    assert [m["slots"] for m in cluster.hvd_members(["a", "b", "c"], hostvars, written)] == [2, 4, 1]
+    assert Counted.reads == ["b", "c"]
+
+
 def test_a_written_member_outside_the_names_is_not_a_member() -> None:
     written = [{"name": "gone", "fabric": "10.0.0.1", "port": 22, "slots": 1}]
     assert [m["name"] for m in cluster.hvd_members(["a"], {"a": {}}, written)] == ["a"]
