@@ -17,6 +17,7 @@ Plain functions over plain data: tests/unit/plugins/filter/test_hvd_filters.py c
 
 from __future__ import annotations
 
+import functools
 import re
 
 from collections.abc import Callable, Iterable, Mapping
@@ -64,13 +65,7 @@ def hvd_members(names: Iterable[str], hostvars: Mapping[str, Mapping[str, Any]],
     known = {entry["name"]: entry for entry in written or [] if isinstance(entry, Mapping) and "name" in entry}
     members = []
     for name in names:
-        read: dict[str, Mapping[str, Any]] = {}
-
-        def host(name: str = name, read: dict[str, Mapping[str, Any]] = read) -> Mapping[str, Any]:
-            if "vars" not in read:
-                read["vars"] = hostvars[name]
-            return read["vars"]
-
+        host = functools.cache(functools.partial(hostvars.__getitem__, name))
         members.append(_with_slots(dict(known[name]) if name in known else member(name, host()), host))
     return members
 
