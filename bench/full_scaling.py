@@ -7,8 +7,11 @@ node <= 1 s).
                ansible-playbook, its workers, the ssh clients: this process's children) and the nodes' CPU (each
                container's cgroup), changed per run
   then         the controller's CPU per node added between the smallest and the largest size
+  AGAINST      a git revision: each lab's runs alternate between the checkout and that revision's hvdcluster and
+               Ansible content (a temporary git worktree put first on PYTHONPATH), REPEAT runs each on the same lab,
+               so a change is read against its base where the lab's own drift cannot hide it
 
-Run from the checkout after tests/setup.sh:  .venv/bin/python bench/full_scaling.py [SIZES] [REPEAT]
+Run from the checkout after tests/setup.sh:  .venv/bin/python bench/full_scaling.py [SIZES] [REPEAT] [AGAINST]
 (SIZES comma-separated, default 3,16; REPEAT default 2). One lab at a time: the 16 nodes are all on this machine.
 """
 
@@ -41,12 +44,16 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def full(lab: Lab) -> tuple[float, float, float, int]:
-    """One `up --full`: wall seconds, controller CPU, the nodes' CPU together, changed over every node."""
+def full(lab: Lab, content: Path | None = None) -> tuple[float, float, float, int]:
+    """One `up --full`: wall seconds, controller CPU, the nodes' CPU together, changed over every node. ``content``:
+    another checkout whose hvdcluster and collection run instead of this one's."""
     nodes = [lab.container(i) for i in range(1, lab.nodes + 1)]
+    env = dict(os.environ)
+    if content is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(content / "src"), str(content / "collections")])
     before_nodes, before = sum(map(node_cpu_seconds, nodes)), children_cpu()
     start = time.monotonic()
-    proc = subprocess.run([HVDCLUSTER, "up", "hosts.yaml", "--full", "--json"], cwd=lab.workdir, env=os.environ,
+    proc = subprocess.run([HVDCLUSTER, "up", "hosts.yaml", "--full", "--json"], cwd=lab.workdir, env=env,
                           capture_output=True, text=True)
     wall = time.monotonic() - start
     if proc.returncode != 0:
@@ -55,31 +62,54 @@ def full(lab: Lab) -> tuple[float, float, float, int]:
     return wall, children_cpu() - before, sum(map(node_cpu_seconds, nodes)) - before_nodes, changed
 
 
+def worktree(rev: str, tmp: Path) -> Path:
+    """A temporary git worktree of ``rev`` (removed with ``tmp``'s folder by the caller's `git worktree prune`)."""
+    path = tmp / "against"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), rev], check=True,
+                   capture_output=True)
+    return path
+
+
 def main() -> None:
     args = arguments(__doc__)
     sizes = [int(n) for n in (args[0] if args else "3,16").split(",")]
     repeat = int(args[1]) if len(args) > 1 else 2
+    against = args[2] if len(args) > 2 else None
     build_image()
-    figures = {}
-    for size in sizes:
-        with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:
-            lab = Lab(f"benchf{size}", size, Path(tmp), slots=1, stack=cpu_stack())
-            lab.up()
-            try:
-                seconds, _ = lab.timed_up(controller_cache())
-                print(f"{size} nodes: converged in {seconds:.1f} s")
-                runs = [full(lab) for _ in range(repeat)]
-            finally:
-                lab.down()
-        for wall, ctl, nodes, changed in runs:
-            print(f"{size} nodes: up --full {wall:.1f} s, controller CPU {ctl:.1f} s, nodes' CPU {nodes:.1f} s "
-                  f"({nodes / size:.1f} s each), changed={changed}")
-        figures[size] = min(runs)
-    if len(figures) > 1:
-        small, large = min(figures), max(figures)
-        per_node = (figures[large][1] - figures[small][1]) / (large - small)
-        print(f"controller CPU per added node ({small} -> {large}, the best runs): {per_node:.2f} s (target <= 1 s); "
-              f"wall {figures[small][0]:.1f} -> {figures[large][0]:.1f} s (targets 12 s and 60 s)")
+    figures: dict[str, dict[int, tuple[float, float, float, int]]] = {}
+    with tempfile.TemporaryDirectory(prefix="hvd-bench-against-") as wt:
+        contents: dict[str, Path | None] = {"checkout": None}
+        if against:
+            contents[against] = worktree(against, Path(wt))
+        try:
+            for size in sizes:
+                with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:
+                    lab = Lab(f"benchf{size}", size, Path(tmp), slots=1, stack=cpu_stack())
+                    lab.up()
+                    try:
+                        seconds, _ = lab.timed_up(controller_cache())
+                        print(f"{size} nodes: converged in {seconds:.1f} s")
+                        runs: dict[str, list[tuple[float, float, float, int]]] = {name: [] for name in contents}
+                        for _ in range(repeat):
+                            for name, content in contents.items():
+                                runs[name].append(full(lab, content))
+                    finally:
+                        lab.down()
+                for name, done in runs.items():
+                    for wall, ctl, nodes, changed in done:
+                        print(f"{size} nodes [{name}]: up --full {wall:.1f} s, controller CPU {ctl:.1f} s, nodes' CPU "
+                              f"{nodes:.1f} s ({nodes / size:.1f} s each), changed={changed}")
+                    figures.setdefault(name, {})[size] = min(done)
+        finally:
+            if against:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(Path(wt) / "against")],
+                               capture_output=True)
+    for name, by_size in figures.items():
+        if len(by_size) > 1:
+            small, large = min(by_size), max(by_size)
+            per_node = (by_size[large][1] - by_size[small][1]) / (large - small)
+            print(f"[{name}] controller CPU per added node ({small} -> {large}, the best runs): {per_node:.2f} s "
+                  f"(target <= 1 s); wall {by_size[small][0]:.1f} -> {by_size[large][0]:.1f} s (targets 12 s and 60 s)")
 
 
 if __name__ == "__main__":
