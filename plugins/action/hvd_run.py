@@ -1,18 +1,18 @@
 # Copyright: hvdcluster developers
 # Apache-2.0 (see galaxy.yml)
 """hvd_run's action: the argv run over the task's connection as one shell command (no module file sent, no Python
-started on the node for it), with the task's environment; a task that becomes a user runs the module instead."""
+started on the node for it), with the task's environment; a task that becomes a user runs the module instead, light
+where it can (plugins/plugin_utils/hvd_light.py)."""
 
 from __future__ import annotations
 
 import shlex
 
-from ansible.plugins.action import ActionBase
-
 from ansible_collections.hvd.cluster.plugins.modules import hvd_run
+from ansible_collections.hvd.cluster.plugins.plugin_utils.hvd_light import LightRunner
 
 
-class ActionModule(ActionBase):
+class ActionModule(LightRunner):
     """hvd.cluster.hvd_run"""
 
     TRANSFERS_FILES = False
@@ -20,8 +20,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         if self._play_context.become:
-            result.update(self._execute_module(module_name="hvd.cluster.hvd_run", module_args=self._task.args,
-                                               task_vars=task_vars))
+            result.update(self.light_or_module(task_vars or {}))
             return result
         validation, params = self.validate_argument_spec(argument_spec=hvd_run.ARGUMENT_SPEC)
         argv = params["argv"]

@@ -148,6 +148,7 @@ import stat
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import (
     copy_verified, make_folders, replace_file, sha256_of, walk_tree)
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_workdir import ROOT, workdir
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_module import AnsibleModule
 
 HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -322,6 +323,8 @@ ARGUMENT_SPEC = {
 }
 REQUIRED_IF = [("state", "published", ("src", "sha256")), ("state", "copied", ("src", "sha256")),
                ("state", "listed", ("files",))]
+# What AnsibleModule checks beside ARGUMENT_SPEC (the controller checks the same for a light run).
+ARGUMENT_CHECKS = {"required_if": REQUIRED_IF}
 
 
 def verified(p: dict, check_mode: bool) -> dict:
@@ -340,9 +343,7 @@ def verified(p: dict, check_mode: bool) -> dict:
 
 
 def main() -> None:
-    from ansible.module_utils.basic import AnsibleModule
-
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, required_if=REQUIRED_IF, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **ARGUMENT_CHECKS)
     p = module.params
     try:
         if p["state"] == "published":

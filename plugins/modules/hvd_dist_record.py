@@ -112,22 +112,21 @@ import os
 
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import read_all
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state_env import fingerprint
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_module import AnsibleModule
+
+
+ARGUMENT_SPEC = {
+    "prefix": {"type": "path", "required": True},
+    "name": {"type": "str", "default": "horovod"},
+    "files": {"type": "list", "elements": "str", "default": []},
+    "present": {"type": "list", "elements": "str", "default": []},
+    "read": {"type": "list", "elements": "str", "default": []},
+    "run": {"type": "list", "elements": "str", "default": []},
+}
 
 
 def main() -> None:
-    from ansible.module_utils.basic import AnsibleModule
-
-    module = AnsibleModule(
-        argument_spec={
-            "prefix": {"type": "path", "required": True},
-            "name": {"type": "str", "default": "horovod"},
-            "files": {"type": "list", "elements": "str", "default": []},
-            "present": {"type": "list", "elements": "str", "default": []},
-            "read": {"type": "list", "elements": "str", "default": []},
-            "run": {"type": "list", "elements": "str", "default": []},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     absent = [path for path in module.params["present"] if not os.path.lexists(path)]
     try:
         content = read_all(module.params["read"])

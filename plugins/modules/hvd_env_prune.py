@@ -57,6 +57,7 @@ from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state_env import (
     env_problems,
     verify_env,
 )
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_module import AnsibleModule
 
 
 def prune(prefix: str, deep: bool = False, check: bool = False) -> dict:
@@ -106,16 +107,14 @@ def remove(prefix: str, rel: str, stops: set[str]) -> None:
             os.close(fd)
 
 
-def main() -> None:
-    from ansible.module_utils.basic import AnsibleModule
+ARGUMENT_SPEC = {
+    "prefix": {"type": "path", "required": True},
+    "deep": {"type": "bool", "default": False},
+}
 
-    module = AnsibleModule(
-        argument_spec={
-            "prefix": {"type": "path", "required": True},
-            "deep": {"type": "bool", "default": False},
-        },
-        supports_check_mode=True,
-    )
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     result = prune(module.params["prefix"], module.params["deep"], module.check_mode)
     module.exit_json(changed=bool(result["pruned"]), **result)
 

@@ -75,20 +75,19 @@ reading:
 import time
 
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_health_reader import TIMEOUT, read_health
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_module import AnsibleModule
+
+
+ARGUMENT_SPEC = {
+    "quick": {"type": "bool", "default": False},
+    "timeout": {"type": "int", "default": TIMEOUT},
+    "path": {"type": "str", "default": ""},
+    "root": {"type": "path", "default": "/"},
+}
 
 
 def main() -> None:
-    from ansible.module_utils.basic import AnsibleModule
-
-    module = AnsibleModule(
-        argument_spec={
-            "quick": {"type": "bool", "default": False},
-            "timeout": {"type": "int", "default": TIMEOUT},
-            "path": {"type": "str", "default": ""},
-            "root": {"type": "path", "default": "/"},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     start = time.monotonic()
     reading = read_health(p["root"], p["path"], p["quick"], max(1, p["timeout"]))

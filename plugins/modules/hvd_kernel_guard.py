@@ -83,13 +83,17 @@ message:
 """
 
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_kernel import initramfs_after_blacklist, module_guard
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_module import AnsibleModule
+
+
+ARGUMENT_SPEC = {
+    "kernel": {"type": "str"},
+    "root": {"type": "path", "default": "/"},
+}
 
 
 def main() -> None:
-    from ansible.module_utils.basic import AnsibleModule
-
-    module = AnsibleModule(argument_spec={"kernel": {"type": "str"}, "root": {"type": "path", "default": "/"}},
-                           supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     guard = module_guard(module.params["root"], kernel=module.params["kernel"] or None)
     keys = ("kernel", "how", "modules", "missing", "cause", "headers", "log_tail", "message")
     initramfs = initramfs_after_blacklist(module.params["root"], guard["kernel"]) if guard["kernel"] else None

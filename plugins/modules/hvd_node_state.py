@@ -155,29 +155,28 @@ import time
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_health_reader import TIMEOUT, read_health
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_host import look
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state import node_state
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_module import AnsibleModule
+
+
+ARGUMENT_SPEC = {
+    "cluster": {"type": "str", "required": True},
+    "packages": {"type": "list", "elements": "str", "default": []},
+    "env_prefix": {"type": "path", "default": "/opt/hvd/env"},
+    "user": {"type": "str", "default": "root"},
+    "cluster_public_key": {"type": "str", "default": "", "no_log": False},
+    "ssh_path": {"type": "str", "default": ""},
+    "deep": {"type": "bool", "default": False},
+    "sections": {"type": "list", "elements": "str", "default": []},
+    "peers": {"type": "list", "elements": "str", "default": []},
+    "slurm": {"type": "str", "default": "", "choices": ["", "node", "controller"]},
+    "look": {"type": "dict"},
+    "health": {"type": "bool", "default": False},
+    "root": {"type": "path", "default": "/"},
+}
 
 
 def main() -> None:
-    from ansible.module_utils.basic import AnsibleModule
-
-    module = AnsibleModule(
-        argument_spec={
-            "cluster": {"type": "str", "required": True},
-            "packages": {"type": "list", "elements": "str", "default": []},
-            "env_prefix": {"type": "path", "default": "/opt/hvd/env"},
-            "user": {"type": "str", "default": "root"},
-            "cluster_public_key": {"type": "str", "default": "", "no_log": False},
-            "ssh_path": {"type": "str", "default": ""},
-            "deep": {"type": "bool", "default": False},
-            "sections": {"type": "list", "elements": "str", "default": []},
-            "peers": {"type": "list", "elements": "str", "default": []},
-            "slurm": {"type": "str", "default": "", "choices": ["", "node", "controller"]},
-            "look": {"type": "dict"},
-            "health": {"type": "bool", "default": False},
-            "root": {"type": "path", "default": "/"},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     start = time.monotonic()
     try:

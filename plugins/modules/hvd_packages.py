@@ -100,6 +100,7 @@ import time
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_apt_conf import uu_guard
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_dpkg import parse_name, plan, stanzas
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import mtime, read_text, replace_file
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_module import AnsibleModule
 
 ENV = {"DEBIAN_FRONTEND": "noninteractive", "DEBIAN_PRIORITY": "critical", "LC_ALL": "C"}
 LISTS = ("/var/lib/apt/periodic/update-success-stamp", "/var/lib/apt/lists")
@@ -142,21 +143,19 @@ def last_line(text: str) -> str:
     return (errors or lines or ["no output"])[-1]
 
 
-def main() -> None:
-    from ansible.module_utils.basic import AnsibleModule
+ARGUMENT_SPEC = {
+    "name": {"type": "list", "elements": "str", "required": True},
+    "hold": {"type": "bool", "default": False},
+    "guard": {"type": "str", "default": ""},
+    "update_cache": {"type": "bool", "default": True},
+    "cache_valid_time": {"type": "int", "default": 3600},
+    "install_recommends": {"type": "bool", "default": False},
+    "lock_timeout": {"type": "int", "default": 60},
+}
 
-    module = AnsibleModule(
-        argument_spec={
-            "name": {"type": "list", "elements": "str", "required": True},
-            "hold": {"type": "bool", "default": False},
-            "guard": {"type": "str", "default": ""},
-            "update_cache": {"type": "bool", "default": True},
-            "cache_valid_time": {"type": "int", "default": 3600},
-            "install_recommends": {"type": "bool", "default": False},
-            "lock_timeout": {"type": "int", "default": 60},
-        },
-        supports_check_mode=True,
-    )
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     try:
         todo = plan(stanzas("/"), p["name"], p["hold"])

@@ -40,14 +40,18 @@ content:
   returned: success
 """
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import READ_LIMIT, read_all
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_module import AnsibleModule
+
+
+ARGUMENT_SPEC = {
+    "paths": {"type": "list", "elements": "path", "required": True},
+    "limit": {"type": "int", "default": READ_LIMIT},
+}
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec={"paths": {"type": "list", "elements": "path", "required": True},
-                                          "limit": {"type": "int", "default": READ_LIMIT}},
-                           supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
         content = read_all(module.params["paths"], module.params["limit"])
     except (ValueError, OSError) as error:

@@ -74,9 +74,8 @@ interface:
 import ipaddress
 import socket
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_netlink import kernel_addresses
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_module import AnsibleModule
 
 OURS = "hvdcluster "  # the blocks hvdcluster writes: '# BEGIN hvdcluster <cluster> ...' / '# END hvdcluster ...'
 
@@ -171,14 +170,16 @@ def interface_of(address: str) -> str:
     return next((name for name, held in kernel_addresses() if ipaddress.ip_address(held) == wanted), "")
 
 
+ARGUMENT_SPEC = {
+    "names": {"type": "list", "elements": "str", "required": True},
+    "hosts_file": {"type": "path", "default": "/etc/hosts"},
+    "resolv_conf": {"type": "path", "default": "/etc/resolv.conf"},
+    "interface_of": {"type": "str"},
+}
+
+
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={"names": {"type": "list", "elements": "str", "required": True},
-                       "hosts_file": {"type": "path", "default": "/etc/hosts"},
-                       "resolv_conf": {"type": "path", "default": "/etc/resolv.conf"},
-                       "interface_of": {"type": "str"}},
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     answers = {name: resolve(name, p["hosts_file"], p["resolv_conf"]) for name in p["names"]}
     addresses = {name: answer[0] for name, answer in answers.items()}

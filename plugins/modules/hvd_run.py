@@ -46,6 +46,8 @@ stderr_lines: {description: I(stderr) split into lines., type: list, elements: s
 cmd: {description: The argv that ran., type: list, elements: str, returned: always}
 """
 
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_module import AnsibleModule
+
 ARGUMENT_SPEC = {"argv": {"type": "list", "elements": "str", "required": True}}
 
 
@@ -60,8 +62,6 @@ def outcome(argv: list[str], rc: int, stdout: str, stderr: str) -> dict:
 
 
 def main() -> None:
-    from ansible.module_utils.basic import AnsibleModule
-
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     argv = module.params["argv"]
     if not argv:

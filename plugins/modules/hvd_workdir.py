@@ -42,19 +42,18 @@ path: {description: The sub-folder's absolute path., type: str, returned: always
 
 # The folder's rules live in module_utils (hvd_artifact copies into such a folder in the same module run).
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_workdir import ROOT, workdir
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_module import AnsibleModule
+
+
+ARGUMENT_SPEC = {
+    "root": {"type": "path", "default": ROOT},
+    "name": {"type": "str", "required": True},
+    "clean": {"type": "bool", "default": False},
+}
 
 
 def main() -> None:
-    from ansible.module_utils.basic import AnsibleModule
-
-    module = AnsibleModule(
-        argument_spec={
-            "root": {"type": "path", "default": ROOT},
-            "name": {"type": "str", "required": True},
-            "clean": {"type": "bool", "default": False},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
         path, changed = workdir(module.params["root"], module.params["name"], module.params["clean"],
                                 module.check_mode)

@@ -122,8 +122,8 @@ import re
 import stat
 import tempfile
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import make_folders
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_module import AnsibleModule
 
 DEFAULT_MODE = {"file": 0o644, "directory": 0o755}
 
@@ -345,25 +345,26 @@ def invocation(files: list[dict]) -> dict:
     return {"module_args": {"files": out}}
 
 
+_ENTRY = {
+    "path": {"type": "path", "required": True},
+    "state": {"type": "str", "default": "file", "choices": ["file", "block", "line", "directory", "absent"]},
+    "content": {"type": "str"},
+    "block": {"type": "str"},
+    "marker": {"type": "str"},
+    "line": {"type": "str"},
+    "regexp": {"type": "str"},
+    "mode": {"type": "str"},
+    "owner": {"type": "str"},
+    "group": {"type": "str"},
+    "unsafe_writes": {"type": "bool", "default": False},
+    "parents": {"type": "bool", "default": False},
+    "manage": {"type": "bool", "default": True},
+}
+ARGUMENT_SPEC = {"files": {"type": "list", "elements": "dict", "required": True, "options": _ENTRY}}
+
+
 def main() -> None:
-    entry = {
-        "path": {"type": "path", "required": True},
-        "state": {"type": "str", "default": "file", "choices": ["file", "block", "line", "directory", "absent"]},
-        "content": {"type": "str"},
-        "block": {"type": "str"},
-        "marker": {"type": "str"},
-        "line": {"type": "str"},
-        "regexp": {"type": "str"},
-        "mode": {"type": "str"},
-        "owner": {"type": "str"},
-        "group": {"type": "str"},
-        "unsafe_writes": {"type": "bool", "default": False},
-        "parents": {"type": "bool", "default": False},
-        "manage": {"type": "bool", "default": True},
-    }
-    module = AnsibleModule(argument_spec={"files": {"type": "list", "elements": "dict", "required": True,
-                                                    "options": entry}},
-                           supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     updated, diffs = [], []
     echoed = invocation(module.params["files"])
     for item in module.params["files"]:
