@@ -25,6 +25,8 @@ import re
 import zlib
 from pathlib import Path
 
+from ansible.errors import AnsibleError
+from ansible.executor.interpreter_discovery import InterpreterDiscoveryRequiredError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.parameters import remove_values
 from ansible.module_utils.parsing.convert_bool import boolean
@@ -133,12 +135,15 @@ class LightRunner(ActionBase):
         (or its internals are not what this version of the collection knows)."""
         try:
             from ansible.executor.module_common import _get_shebang  # noqa: PLC0415 - Ansible's own choice of it
-            from ansible.errors import AnsibleError  # noqa: PLC0415
 
             shebang, dummy = _get_shebang("/usr/bin/python", task_vars, self._templar,
                                           remote_is_local=bool(getattr(self._connection, "_remote_is_local", False)))
+        except InterpreterDiscoveryRequiredError as error:
+            display.vvv(f"hvd_light: {self.module_name} run as a module: its run discovers the host's Python ({error})",
+                        host=self._play_context.remote_addr)
+            return None
         except (AnsibleError, ImportError, TypeError, ValueError, AttributeError, KeyError) as error:
-            display.vvv(f"hvd_light: {self.module_name} run as a module: the interpreter is not known yet ({error})",
+            display.vvv(f"hvd_light: {self.module_name} run as a module: no interpreter from Ansible ({error!r})",
                         host=self._play_context.remote_addr)
             return None
         return shebang or None
@@ -157,8 +162,9 @@ class LightRunner(ActionBase):
         shebang = self._interpreter(task_vars)
         if shebang is None:
             return None
-        payload = {"module": f"{PACKAGE}.modules.{self.module_name}", "params": params, "sources": sources(self.module_name),
-                   "check_mode": bool(self._task.check_mode), "diff": bool(self._task.diff)}
+        payload = {"module": f"{PACKAGE}.modules.{self.module_name}", "params": params,
+                   "sources": sources(self.module_name), "check_mode": bool(self._task.check_mode),
+                   "diff": bool(self._task.diff)}
         packed = base64.b64encode(zlib.compress(json.dumps(payload).encode(), 1)).decode()
         program = f"_PAYLOAD = {packed!r}\n{BOOT}".encode()
         command = self._connection._shell.build_module_command(self._compute_environment_string(), shebang, "")

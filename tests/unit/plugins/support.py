@@ -43,18 +43,21 @@ def sha(data: bytes) -> str:
 # ------------------------------------------------------------------------------------- a play on the controller itself
 
 
-def run_play(tmp_path: Path, tasks: list, *extra: str) -> tuple[list, str]:
+def run_play(tmp_path: Path, tasks: list, *extra: str, discover: bool = False,
+             env: dict | None = None) -> tuple[list, str]:
     """``tasks`` in one play on localhost (the local connection, this Python) under ``ansible-playbook -vvv``: each
-    task's registered result, in order, and the output (an action plugin's own work names no module file in it)."""
+    task's registered result, in order, and the output (an action plugin's own work names no module file in it).
+    ``discover``: no interpreter given, Ansible discovers the host's at its first module run; ``env``: more of the
+    environment ansible-playbook runs in."""
     book = tmp_path / "book.yml"
     book.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": [
         {**task, "register": f"r{i}"} for i, task in enumerate(tasks)] + [
         {"ansible.builtin.copy": {"dest": str(tmp_path / "results.json"), "mode": "0600",
                                   "content": "{{ [" + ", ".join(f"r{i}" for i in range(len(tasks))) + "] | to_json }}"},
          "check_mode": False}]}]))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
-    proc = subprocess.run([ANSIBLE_PLAYBOOK, "-vvv", "-i", "localhost,", "-c", "local",
-                           "-e", f"ansible_python_interpreter={sys.executable}", *extra, str(book)],
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), **(env or {})}
+    interpreter = [] if discover else ["-e", f"ansible_python_interpreter={sys.executable}"]
+    proc = subprocess.run([ANSIBLE_PLAYBOOK, "-vvv", "-i", "localhost,", "-c", "local", *interpreter, *extra, str(book)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads((tmp_path / "results.json").read_text()), proc.stdout

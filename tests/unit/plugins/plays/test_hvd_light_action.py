@@ -109,3 +109,17 @@ def test_arguments_the_check_refuses_get_the_modules_own_message_and_a_become_th
     assert became["changed"] and (tmp_path / "light" / "b").read_text() == "b\n", became
     assert light_out.count(MODULE_RUN % "hvd_write") == 2  # the refused arguments (the module's own message), su
     assert "hvd_light: hvd_write run as a module: pipelining is off" in light_out
+
+
+def test_a_hosts_first_module_run_discovers_its_python_and_the_next_runs_light_with_it(tmp_path: Path) -> None:
+    tasks = [{"hvd.cluster.hvd_read": {"paths": [str(tmp_path / "book.yml")]}},
+             {"hvd.cluster.hvd_read": {"paths": [str(tmp_path / "book.yml")]}}]
+    # discovery looks along PATH (python3.13, ..., python3): this Python's folder first, then the system's
+    path = os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"])
+    results, out = run(tmp_path, tasks, "-e", "ansible_pipelining=true", discover=True, env={"PATH": path})
+    discovered = results[0].pop("ansible_facts")  # what the module run found, kept for the host's next runs
+    assert list(discovered) == ["discovered_interpreter_python"], discovered
+    assert Path(discovered["discovered_interpreter_python"]).name.startswith("python3"), discovered
+    assert results[0] == results[1] and '"hosts": "localhost"' in results[1]["content"][str(tmp_path / "book.yml")]
+    assert "hvd_read run as a module: its run discovers the host's Python" in out
+    assert out.count(MODULE_RUN % "hvd_read") == 1 and out.count("hvd_light: hvd_read run light") == 1
