@@ -18,7 +18,6 @@ Run from the checkout after tests/setup.sh:  .venv/bin/python bench/full_scaling
 from __future__ import annotations
 
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from against import contents, environment  # noqa: E402
 from benchargs import arguments  # noqa: E402
 from cpu_split import node_cpu_seconds  # noqa: E402
 from hvdcluster.paths import controller_cache  # noqa: E402
@@ -48,9 +48,7 @@ def full(lab: Lab, content: Path | None = None) -> tuple[float, float, float, in
     """One `up --full`: wall seconds, controller CPU, the nodes' CPU together, changed over every node. ``content``:
     another checkout whose hvdcluster and collection run instead of this one's."""
     nodes = [lab.container(i) for i in range(1, lab.nodes + 1)]
-    env = dict(os.environ)
-    if content is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(content / "src"), str(content / "collections")])
+    env = environment(content)
     before_nodes, before = sum(map(node_cpu_seconds, nodes)), children_cpu()
     start = time.monotonic()
     proc = subprocess.run([HVDCLUSTER, "up", "hosts.yaml", "--full", "--json"], cwd=lab.workdir, env=env,
@@ -62,14 +60,6 @@ def full(lab: Lab, content: Path | None = None) -> tuple[float, float, float, in
     return wall, children_cpu() - before, sum(map(node_cpu_seconds, nodes)) - before_nodes, changed
 
 
-def worktree(rev: str, tmp: Path) -> Path:
-    """A temporary git worktree of ``rev`` (removed with ``tmp``'s folder by the caller's `git worktree prune`)."""
-    path = tmp / "against"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), rev], check=True,
-                   capture_output=True)
-    return path
-
-
 def main() -> None:
     args = arguments(__doc__)
     sizes = [int(n) for n in (args[0] if args else "3,16").split(",")]
@@ -77,33 +67,25 @@ def main() -> None:
     against = args[2] if len(args) > 2 else None
     build_image()
     figures: dict[str, dict[int, tuple[float, float, float, int]]] = {}
-    with tempfile.TemporaryDirectory(prefix="hvd-bench-against-") as wt:
-        contents: dict[str, Path | None] = {"checkout": None}
-        if against:
-            contents[against] = worktree(against, Path(wt))
-        try:
-            for size in sizes:
-                with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:
-                    lab = Lab(f"benchf{size}", size, Path(tmp), slots=1, stack=cpu_stack())
-                    lab.up()
-                    try:
-                        seconds, _ = lab.timed_up(controller_cache())
-                        print(f"{size} nodes: converged in {seconds:.1f} s")
-                        runs: dict[str, list[tuple[float, float, float, int]]] = {name: [] for name in contents}
-                        for _ in range(repeat):
-                            for name, content in contents.items():
-                                runs[name].append(full(lab, content))
-                    finally:
-                        lab.down()
-                for name, done in runs.items():
-                    for wall, ctl, nodes, changed in done:
-                        print(f"{size} nodes [{name}]: up --full {wall:.1f} s, controller CPU {ctl:.1f} s, nodes' CPU "
-                              f"{nodes:.1f} s ({nodes / size:.1f} s each), changed={changed}")
-                    figures.setdefault(name, {})[size] = min(done)
-        finally:
-            if against:
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(Path(wt) / "against")],
-                               capture_output=True)
+    with contents(against) as runs_of:
+        for size in sizes:
+            with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:
+                lab = Lab(f"benchf{size}", size, Path(tmp), slots=1, stack=cpu_stack())
+                lab.up()
+                try:
+                    seconds, _ = lab.timed_up(controller_cache())
+                    print(f"{size} nodes: converged in {seconds:.1f} s")
+                    runs: dict[str, list[tuple[float, float, float, int]]] = {name: [] for name in runs_of}
+                    for _ in range(repeat):
+                        for name, content in runs_of.items():
+                            runs[name].append(full(lab, content))
+                finally:
+                    lab.down()
+            for name, done in runs.items():
+                for wall, ctl, nodes, changed in done:
+                    print(f"{size} nodes [{name}]: up --full {wall:.1f} s, controller CPU {ctl:.1f} s, nodes' CPU "
+                          f"{nodes:.1f} s ({nodes / size:.1f} s each), changed={changed}")
+                figures.setdefault(name, {})[size] = min(done)
     for name, by_size in figures.items():
         if len(by_size) > 1:
             small, large = min(by_size), max(by_size)

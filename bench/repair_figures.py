@@ -6,13 +6,15 @@
   drifts       an added .pth in the env (taken out: hvd_env_prune), a wrong IP in the /etc/hosts block (hvd_base),
                an unheld package (hvd_openmpi), a removed Horovod (the same wheel installed again)
 
-Run from the checkout after tests/setup.sh:  .venv/bin/python bench/repair_figures.py
+  AGAINST      a git revision: each drift is repaired twice in turn on the same lab, by the checkout and by that
+               revision's hvdcluster and Ansible content (bench/against.py)
+
+Run from the checkout after tests/setup.sh:  .venv/bin/python bench/repair_figures.py [AGAINST]
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -22,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from against import contents, environment  # noqa: E402
 from benchargs import arguments  # noqa: E402
 from tests.lab.cluster import Lab  # noqa: E402
 from tests.lab.images import build_image  # noqa: E402
@@ -39,10 +42,10 @@ DRIFTS = {
 }
 
 
-def timed(lab: Lab, *args: str) -> tuple[float, int, dict]:
+def timed(lab: Lab, *args: str, content: Path | None = None) -> tuple[float, int, dict]:
     start = time.monotonic()
-    proc = subprocess.run([HVDCLUSTER, *args, "--json"], cwd=lab.workdir, env=os.environ, capture_output=True,
-                          text=True)
+    proc = subprocess.run([HVDCLUSTER, *args, "--json"], cwd=lab.workdir, env=environment(content),
+                          capture_output=True, text=True)
     seconds = time.monotonic() - start
     try:
         doc = json.loads(proc.stdout)
@@ -52,23 +55,24 @@ def timed(lab: Lab, *args: str) -> tuple[float, int, dict]:
 
 
 def main() -> None:
-    arguments(__doc__)  # -h/--help: the docstring, before any lab is started
+    args = arguments(__doc__)  # -h/--help: the docstring, before any lab is started
     build_image()
-    with tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:
+    with contents(args[0] if args else None) as runs_of, tempfile.TemporaryDirectory(prefix="hvd-bench-") as tmp:
         lab = Lab("benchr", 3, Path(tmp), slots=1, stack=STACK)
         lab.up()
         try:
             seconds, rc, _ = timed(lab, "up", "hosts.yaml")
             print(f"converge, 3 nodes: {seconds:.1f} s (rc {rc})")
             for name, command in DRIFTS.items():
-                lab.exec(2, "sh", "-c", command)
-                detect, rc1, _ = timed(lab, "check", "hosts.yaml")
-                repair, rc2, up = timed(lab, "up", "hosts.yaml")
-                again, rc3, _ = timed(lab, "check", "hosts.yaml")
-                total = detect + repair
-                print(f"{name}: check {detect:.1f} s (rc {rc1}), up {repair:.1f} s (rc {rc2}, repaired "
-                      f"{up.get('converged')}), check again {again:.1f} s (rc {rc3}); detect + repair + prove "
-                      f"{total:.1f} s (target <= 20 s)")
+                for label, content in runs_of.items():
+                    lab.exec(2, "sh", "-c", command)
+                    detect, rc1, _ = timed(lab, "check", "hosts.yaml", content=content)
+                    repair, rc2, up = timed(lab, "up", "hosts.yaml", content=content)
+                    again, rc3, _ = timed(lab, "check", "hosts.yaml", content=content)
+                    total = detect + repair
+                    print(f"{name} [{label}]: check {detect:.1f} s (rc {rc1}), up {repair:.1f} s (rc {rc2}, repaired "
+                          f"{up.get('converged')}), check again {again:.1f} s (rc {rc3}); detect + repair + prove "
+                          f"{total:.1f} s (target <= 20 s)")
         finally:
             lab.down()
 

@@ -443,7 +443,7 @@ def test_each_small_rule_has_one_home_that_its_users_call(rule: str) -> None:
 
 
 # bench/'s modules the benchmarks share, not benchmarks themselves.
-BENCH_HELPERS = {"benchargs.py", "kernel_node.py"}
+BENCH_HELPERS = {"against.py", "benchargs.py", "kernel_node.py"}
 BENCHES = sorted(p.name for p in (ROOT / "bench").glob("*.py") if p.name not in BENCH_HELPERS)
 
 
