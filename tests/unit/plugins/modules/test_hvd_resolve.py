@@ -71,12 +71,19 @@ def ip_addresses(*prefix: str) -> list[tuple[str, str]]:
 
 @pytest.mark.skipif(shutil.which("ip") is None, reason="iproute2 (ip) is not installed here")
 def test_the_interface_of_each_address_is_the_one_iproute2_names(tmp_path: Path) -> None:
-    """hvd_base's fabric fact: the interface read from the kernel (netlink), held against `ip` on this machine."""
+    """hvd_base's fabric fact: the interface read from the kernel (netlink), held against `ip` on this machine.
+    Other tests (and Docker) add and remove bridges meanwhile: an address `ip` no longer lists after the module's read
+    went away between the two and is not held against it; every address that stayed is."""
     listed = ip_addresses()
     assert listed and ("lo", "127.0.0.1") in listed
+    held = 0
     for name, address in listed:
         done = resolve(tmp_path, [address], interface_of=address)
+        if done.get("interface") != name and (name, address) not in ip_addresses():
+            continue  # gone between the reads
         assert done.get("interface") == name, (address, done)
+        held += 1
+    assert held >= 1  # lo at least
 
 
 def test_an_address_no_interface_carries_names_none_and_interface_of_must_be_a_name(tmp_path: Path) -> None:
