@@ -114,8 +114,13 @@ def test_arguments_the_check_refuses_get_the_modules_own_message_and_a_become_th
 def test_a_hosts_first_module_run_discovers_its_python_and_the_next_runs_light_with_it(tmp_path: Path) -> None:
     tasks = [{"hvd.cluster.hvd_read": {"paths": [str(tmp_path / "book.yml")]}},
              {"hvd.cluster.hvd_read": {"paths": [str(tmp_path / "book.yml")]}}]
-    # discovery looks along PATH (python3.13, ..., python3): this Python's folder first, then the system's
-    path = os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"])
+    # discovery looks along PATH for python3.13 first, then older ones: a folder whose python3.13 is this Python comes
+    # first, so neither a newer Python nor a shim elsewhere on PATH (pyenv's) is the one found; the rest of PATH stays
+    # (under ansible-test units, its ansible-playbook is found through it)
+    first = tmp_path / "bin"
+    first.mkdir()
+    (first / "python3.13").symlink_to(sys.executable)
+    path = os.pathsep.join([str(first), os.environ.get("PATH", "/usr/bin:/bin")])
     results, out = run(tmp_path, tasks, "-e", "ansible_pipelining=true", discover=True, env={"PATH": path})
     discovered = results[0].pop("ansible_facts")  # what the module run found, kept for the host's next runs
     assert list(discovered) == ["discovered_interpreter_python"], discovered
