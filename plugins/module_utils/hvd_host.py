@@ -10,6 +10,7 @@ at once (is the scratch folder writable?). Nested dicts, the shape plugins/filte
 from __future__ import annotations
 
 import glob
+import ipaddress
 import os
 import platform
 import pwd
@@ -29,6 +30,7 @@ from ansible_collections.hvd.cluster.plugins.module_utils.hvd_driver import (
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_fabric import nvidia_pci
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_files import read_text, under
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_netlink import kernel_addresses
+from ansible_collections.hvd.cluster.plugins.module_utils.hvd_resolver import resolve
 from ansible_collections.hvd.cluster.plugins.module_utils.hvd_state_stack import mpi_state, os_state
 
 
@@ -174,10 +176,13 @@ def free_gb(path: str) -> float:
 # ------------------------------------------------------------------------------------------ the peers
 
 
-def route_to(address: str, ifaces: dict) -> dict:
-    """The interface and local address the kernel picks to reach ``address`` (a UDP connect sends nothing)."""
+def route_to(address: str, ifaces: dict, hosts_file: str = "/etc/hosts") -> dict:
+    """The interface and local address the kernel picks to reach ``address`` (a UDP connect sends nothing). A name is
+    resolved as hvd_resolve resolves it: our own /etc/hosts block (which hvd_base repairs after the pre-flight) only
+    where nothing else knows the name, so a drifted line there sends the look to the peer's real address."""
+    found, _source = resolve(address, hosts_file)
     try:
-        target = socket.gethostbyname(address)
+        target = found if found and ipaddress.ip_address(found).version == 4 else socket.gethostbyname(address)
     except OSError as err:
         return {"resolved": "", "error": f"name does not resolve: {err}"}
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -121,3 +121,25 @@ def test_the_preflight_look_reads_the_same_list_each_interfaces_first_ipv4_and_m
     for name, look in found.items():
         mtu = int(Path(f"/sys/class/net/{name}/mtu").read_text())
         assert look == {"ipv4": first.get(name, ""), "mtu": mtu}, (name, look)
+
+
+def test_the_preflight_looks_for_a_peer_where_hvd_resolve_finds_it_not_where_a_drifted_block_says(
+        tmp_path: Path) -> None:
+    """The pre-flight runs before hvd_base repairs our /etc/hosts block: a peer whose line there drifted (10.99.99.99)
+    is looked for where every other source says it is (here the admin's own line, loopback), and found listening; a
+    name only our block knows is still looked for there (nothing else knows it)."""
+    import socket  # noqa: PLC0415 - only here
+
+    from ansible_collections.hvd.cluster.plugins.module_utils.hvd_host import interfaces, route_to, tcp
+
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost peer7\n# BEGIN hvdcluster lab nodes\n10.99.99.99 peer7 ghost.invalid\n"
+                     "# END hvdcluster lab nodes\n")
+    ifaces = interfaces()
+    route = route_to("peer7", ifaces, hosts_file=str(hosts))
+    assert route["resolved"] == "127.0.0.1" and route["iface"] == "lo", route
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        assert tcp(route["resolved"], listener.getsockname()[1], 1) == ""
+    assert route_to("ghost.invalid", ifaces, hosts_file=str(hosts))["resolved"] == "10.99.99.99"
