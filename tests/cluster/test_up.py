@@ -338,6 +338,22 @@ def test_drift_on_one_node_is_named_by_check_and_repaired_by_up_leaving_the_othe
     assert rc == 0 and doc["drifted"] == {}, doc
 
 
+def test_a_full_up_repairs_a_wrong_ip_in_the_hosts_block_past_the_preflight(hvd, lab3: Lab) -> None:
+    """node2's line for node3 in our /etc/hosts block points at 10.99.99.99. A full converge runs the pre-flight before
+    hvd_base repairs the block: its look at the peers resolves node3 as hvd_resolve does (Docker's DNS here; our block
+    only where nothing else knows the name), so it reaches node3 and `up --full` repairs the line, rather than stopping
+    every node with "node2 cannot connect to node3: open the firewall"."""
+    done = lab3.exec(2, "sh", "-c", DRIFTS["hosts-block-wrong-ip"][0])
+    assert done.returncode == 0, done.stdout + done.stderr
+    rc, up, err = hvd.up_json("--full")
+    assert rc == 0, err[-4000:]
+    findings = [f for host in (up.get("preflight") or {}).values() for f in host]
+    assert not any(f["check"].startswith("peer") for f in findings), findings
+    assert up["hosts"]["node2"]["changed"] > 0 and "10.99.99.99" not in lab3.exec(2, "cat", "/etc/hosts").stdout
+    rc, doc = hvd.check_json()
+    assert rc == 0 and doc["drifted"] == {}, doc
+
+
 def test_a_byte_flipped_in_an_env_library_is_named_by_check_deep_and_repaired_by_up_deep(hvd, lab3: Lab) -> None:
     """Bit rot: one byte of a shared library in node2's env flipped, its size and modification time kept. A shallow
     read cannot see it; `check --deep` names it, `up --deep` installs the env again and reads it back deep, and
