@@ -25,17 +25,17 @@ from typing import Any
 
 import yaml
 
-from . import paths
+from . import paths, yamlread
 
 def switched_roles() -> dict[str, dict[str, Any]]:
     """Role name -> its playbook's play (parsed) for every role with an on/off switch and a playbook of its own."""
     home = paths.ansible_home()
     out = {}
     for role in sorted(p for p in (home / "roles").iterdir() if p.is_dir()):
-        defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text()) or {}
+        defaults = yamlread.safe_load((role / "defaults" / "main.yml").read_text()) or {}
         playbook = home / "playbooks" / (role.name.removeprefix("hvd_") + ".yml")
         if f"{role.name}_enabled" in defaults and playbook.is_file():
-            out[role.name] = yaml.safe_load(playbook.read_text())[0]
+            out[role.name] = yamlread.safe_load(playbook.read_text())[0]
     return out
 
 
@@ -60,7 +60,7 @@ def switched_tasks() -> dict[str, tuple[str, str]]:
     for role in sorted(p for p in (home / "roles").iterdir() if p.is_dir()):
         tag = re.compile(rf"{role.name}_switch_\w+")
         for path in sorted((role / "tasks").glob("*.yml")):
-            for task in _tasks(yaml.safe_load(path.read_text())):
+            for task in _tasks(yamlread.safe_load(path.read_text())):
                 for name in [t for t in task.get("tags") or [] if tag.fullmatch(t)]:
                     when = task.get("when")
                     if not isinstance(when, list) or not when or name in out:
@@ -172,7 +172,7 @@ def left_out(inventory_dir: Path, extravars: dict[str, Any] | None = None) -> tu
     tasks = []
     for tag, (role, when) in switched_tasks().items():
         if role not in defaults:
-            defaults[role] = yaml.safe_load((home / "roles" / role / "defaults" / "main.yml").read_text()) or {}
+            defaults[role] = yamlread.safe_load((home / "roles" / role / "defaults" / "main.yml").read_text()) or {}
         # the defaults rank below the inventory: only those the inventory does not set are rendered as defaults
         if all(is_on(when, {k: v for k, v in defaults[role].items() if k not in scope}, scope) is False
                for scope in scopes):

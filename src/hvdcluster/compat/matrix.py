@@ -9,11 +9,11 @@ from collections.abc import Iterable, Iterator
 from importlib import resources
 from typing import Any
 
-import yaml
 from packaging.requirements import Requirement
 
 from ansible_collections.hvd.cluster.plugins.module_utils import hvd_limits
 
+from .. import yamlread
 from .model import NodeInfo
 from .versions import _covers, _in_range, _major, _matches, _newest_first, _release, _same_series
 
@@ -21,7 +21,7 @@ from .versions import _covers, _in_range, _major, _matches, _newest_first, _rele
 @functools.cache
 def _matrix() -> dict:
     text = resources.files("hvdcluster.data").joinpath("compat.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    return yamlread.safe_load(text)
 
 
 def load_matrix() -> dict:
