@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,6 +153,28 @@ def hvd(installed: Path, lab3: Lab) -> Cli:
 def run_events(log: str | Path) -> list[dict]:
     """The ansible-runner events of the run whose `log` an `up --json` names (its artifacts folder)."""
     return [json.loads(path.read_text()) for path in (Path(log).parent / "job_events").glob("*.json")]
+
+
+BUILD_ROLES = ("hvd_openmpi", "hvd_horovod", "hvd_pyxis", "hvd_nccl_tests")
+
+
+def assert_facts_once_and_builders_read_their_cpus(log: str | Path, lab: Lab) -> set[str]:
+    """The run whose `log` an `up --json` names gathered each node's facts once (the pre-flight's gather: no later play
+    gathers them again), without the hardware; only a builder (a host where a build of BUILD_ROLES started: the work
+    folder every build starts from) read its CPUs (its make -j), once, and read what the node has. The builders."""
+    done = [e["event_data"] for e in run_events(log) if e.get("event") == "runner_on_ok"]
+    gathers = [e for e in done if e.get("task_action", "").rsplit(".", 1)[-1] == "gather_facts"]
+    assert Counter(e["host"] for e in gathers) == {f"node{i}": 1 for i in range(1, lab.nodes + 1)}, gathers
+    assert not any("ansible_processor_vcpus" in e["res"].get("ansible_facts", {}) for e in gathers)
+    reads = [e for e in done if e.get("task_action", "").rsplit(".", 1)[-1] == "setup"]
+    builders = {e["host"] for e in done if e.get("task") == "Start from a clean private work folder"
+                and e.get("role", "").rsplit(".", 1)[-1] in BUILD_ROLES}
+    assert sorted(e["host"] for e in reads) == sorted(builders), ([e["host"] for e in reads], builders)
+    for e in reads:
+        cpus = lab.exec(int(e["host"].removeprefix("node")), "grep", "-c", "^processor", "/proc/cpuinfo").stdout
+        assert e["task"].startswith("Count the builder's CPUs"), e["task"]
+        assert e["res"]["ansible_facts"]["ansible_processor_vcpus"] == int(cpus), e["res"]
+    return builders
 
 
 def task_outcomes(log: str | Path) -> dict[str, set[str]]:

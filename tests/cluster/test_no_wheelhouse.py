@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import SUDO_USER, Cli, share_the_cores, task_outcomes
+from tests.cluster.conftest import (SUDO_USER, Cli, assert_facts_once_and_builders_read_their_cpus, share_the_cores,
+                                    task_outcomes)
 from tests.lab.cluster import Lab
 from tests.lab.images import docker
 from tests.lab.stacks import BASE_PACKAGES
@@ -95,6 +96,8 @@ def test_up_with_no_wheelhouse_converges_every_role_from_the_index_and_proves_th
     rc, doc, err = cli.up_json()
     assert rc == 0, err[-6000:]
     assert set(doc["hosts"]) == {"node1", "node2"} and doc["not_repaired"] == []
+    # the facts without the hardware: Horovod's builder read its CPUs for its make -j, just before its build
+    assert assert_facts_once_and_builders_read_their_cpus(doc["log"], lab)
     outcomes = task_outcomes(doc["log"])
     for task in ("Download the Horovod sdist", "Build the wheel against the environment (a few minutes)",
                  "Allreduce over every slot of every node", "Check every rank's sum"):

@@ -15,13 +15,13 @@ import re
 import signal
 import subprocess
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.cluster.conftest import SUDO_USER, assert_no_trap_fired, horovod_library_sections, run_events, task_outcomes
+from tests.cluster.conftest import (SUDO_USER, assert_facts_once_and_builders_read_their_cpus, assert_no_trap_fired,
+                                    horovod_library_sections, run_events, task_outcomes)
 from tests.conftest import BIN, ROOT
 from tests.lab.cluster import Lab
 
@@ -72,23 +72,9 @@ def test_up_converges_every_node_and_every_node_reaches_every_other(first_up, la
     for i in (1, 2, 3):
         key = " ".join(lab3.exec(i, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[:2])
         assert f"\n  node{i}: host_key: {key}\n" in err, err[-3000:]
-    # facts gathered once per node, by the pre-flight and without the hardware: no later play of the run gathers them
-    # again. Only a builder reads its CPUs (its make -j), once, before its first build (the work folder every build
-    # starts from), and reads what the node has.
-    done = [e["event_data"] for e in run_events(doc["log"]) if e.get("event") == "runner_on_ok"]
-    gathered = Counter(e["host"] for e in done if e.get("task_action", "").rsplit(".", 1)[-1] == "gather_facts")
-    assert gathered == {"node1": 1, "node2": 1, "node3": 1}, gathered
-    assert not any("ansible_processor_vcpus" in e["res"].get("ansible_facts", {}) for e in done
-                   if e.get("task_action", "").rsplit(".", 1)[-1] == "gather_facts")
-    reads = Counter(e["host"] for e in done if e.get("task_action", "").rsplit(".", 1)[-1] == "setup")
-    builders = {e["host"] for e in done if e.get("task") == "Start from a clean private work folder"
-                and e.get("role", "").rsplit(".", 1)[-1] in ("hvd_openmpi", "hvd_horovod", "hvd_pyxis", "hvd_nccl_tests")}
-    assert builders and set(reads) == builders and set(reads.values()) == {1}, (reads, builders)
-    for e in done:
-        if e.get("task_action", "").rsplit(".", 1)[-1] == "setup":
-            cpus = lab3.exec(int(e["host"][-1]), "grep", "-c", "^processor", "/proc/cpuinfo").stdout.strip()
-            assert e["task"].startswith("Count the builder's CPUs") and \
-                e["res"]["ansible_facts"]["ansible_processor_vcpus"] == int(cpus), e
+    # facts gathered once per node, without the hardware; a builder reads its CPUs (none where the shared controller
+    # cache held every build: test_no_wheelhouse's empty cache always builds)
+    assert_facts_once_and_builders_read_their_cpus(doc["log"], lab3)
     # a first converge: the post-flight's reach test has every node reach every other, by name and fabric address
     assert {h: sorted(t) for h, t in reach_targets(doc["log"]).items()} == {
         f"node{i}": sorted(x for j in range(1, 4) if j != i for x in (f"node{j}", lab3.container(j))) for i in (1, 2, 3)}
