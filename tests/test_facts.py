@@ -5,18 +5,9 @@ from __future__ import annotations
 
 import yaml
 
+from hvdcluster.switches import _tasks
 from tests.conftest import ROOT
 from tests.test_static import _plays
-
-
-def _all_tasks(tasks: list[dict]) -> list[dict]:
-    """Every task of a task file, those in blocks (and their rescue and always) included."""
-    out = []
-    for task in tasks:
-        out.append(task)
-        for key in ("block", "rescue", "always"):
-            out += _all_tasks(task.get(key) or [])
-    return out
 
 
 def test_every_play_that_gathers_facts_gathers_the_pre_flights_subset() -> None:
@@ -30,7 +21,7 @@ def test_every_play_that_gathers_facts_gathers_the_pre_flights_subset() -> None:
     subset = gathers[0]["ansible.builtin.gather_facts"]["gather_subset"]
     assert not {"all", "hardware"} & set(subset), subset
     for path in ROOT.glob("roles/*/tasks/*.yml"):
-        for task in _all_tasks(yaml.safe_load(path.read_text()) or []):
+        for task in _tasks(yaml.safe_load(path.read_text())):
             setup = task.get("ansible.builtin.setup")
             if isinstance(setup, dict) and "hardware" in setup.get("gather_subset", []) and "delegate_to" not in task:
                 when = " ".join(task["when"] if isinstance(task.get("when"), list) else [str(task.get("when"))])
