@@ -18,7 +18,6 @@ Run from the checkout after tests/setup.sh:  .venv/bin/python bench/task_cost.py
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchargs import arguments  # noqa: E402
 from cpu_split import node_cpu_seconds  # noqa: E402
+from full_scaling import children_cpu  # noqa: E402
 from tests.lab.cluster import Lab  # noqa: E402
 from tests.lab.images import build_image  # noqa: E402
 
@@ -43,11 +43,6 @@ KINDS = {
     "hvd_read (ours)": {"hvd.cluster.hvd_read": {"paths": ["/etc/hostname"]}},
     "stat (AnsiballZ)": {"ansible.builtin.stat": {"path": "/etc/hostname"}},
 }
-
-
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def playbook(folder: Path, kind: str, tasks: int) -> Path:
