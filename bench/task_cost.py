@@ -8,8 +8,9 @@ of task (issue 54: which of a converged node's tasks are worth folding).
                node: none (the baseline); a `debug` skipped by its `when`; a `set_fact`; `hvd_read` (one of our
                modules, no AnsiballZ); `stat` (Ansible's own, through AnsiballZ)
   figures      per kind, best of REPEAT interleaved rounds: wall time, the controller's CPU (ansible-playbook, its
-               task workers, the ssh clients: this process's children) and the nodes' CPU (their cgroups); then, over
-               the baseline, the controller's and the nodes' CPU per task and host
+               task workers, the ssh clients: this process's children; not the ControlPersist masters, which nothing
+               waits for) and the nodes' CPU (their cgroups); then, over the baseline, the controller's and the
+               nodes' CPU per task and host
 
 Run from the checkout after tests/setup.sh:  .venv/bin/python bench/task_cost.py [NODES] [TASKS] [REPEAT]
 (defaults 3, 30, 3).
